@@ -1,0 +1,89 @@
+"""Reading network weights from a checkpoint into a model, with errors that say what is wrong.
+
+A msdet checkpoint holds the bare network's parameters under their own names, and may
+hold the EMA weights under ``ema.<name>``, optimizer state and training metadata (see
+``engine/checkpoint.py``). A checkpoint converted from PyTorch holds only the weights.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mindspore as ms
+import numpy as np
+
+EMA_PREFIX = "ema."
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be read or does not fit the model."""
+
+
+def read_checkpoint(path: str) -> dict[str, ms.Parameter]:
+    """Load a ``.ckpt`` file into a name -> Parameter dict, or raise a clear error."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"checkpoint is empty (0 bytes): {path}")
+    try:
+        return ms.load_checkpoint(path)
+    except Exception as err:  # MindSpore raises ValueError/RuntimeError for bad files
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt, truncated or not a MindSpore checkpoint "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+
+
+def network_weights(params: dict[str, ms.Parameter], use_ema: bool = True) -> dict[str, ms.Parameter]:
+    """The network's weights from a checkpoint dict: EMA weights when present and asked for."""
+    ema = {k[len(EMA_PREFIX):]: v for k, v in params.items() if k.startswith(EMA_PREFIX)}
+    if use_ema and ema:
+        return ema
+    return {k: v for k, v in params.items() if not k.startswith(EMA_PREFIX)}
+
+
+def check_compatible(net: ms.nn.Cell, weights: dict[str, ms.Parameter], source: str) -> None:
+    """Raise :class:`CheckpointError` naming the first missing or mis-shaped parameter."""
+    for name, param in net.parameters_and_names():
+        if name not in weights:
+            raise CheckpointError(
+                f"{source}: parameter {name!r} of the model is missing from the checkpoint "
+                "(a different architecture? check model=...)"
+            )
+        have = tuple(weights[name].shape)
+        want = tuple(param.shape)
+        if have != want:
+            hint = ""
+            if ".cls_preds." in name:
+                hint = f" (the checkpoint has {have[0]} classes, the model {want[0]})"
+            raise CheckpointError(
+                f"{source}: parameter {name!r} has shape {have} in the checkpoint but "
+                f"{want} in the model{hint}"
+            )
+
+
+def load_weights(net: ms.nn.Cell, path: str, use_ema: bool = True) -> bool:
+    """Load a checkpoint's network (or EMA) weights into ``net`` with strict checking.
+
+    Returns True when EMA weights were used.
+    """
+    params = read_checkpoint(path)
+    weights = network_weights(params, use_ema)
+    used_ema = use_ema and any(k.startswith(EMA_PREFIX) for k in params)
+    check_compatible(net, weights, path)
+    wanted = {name for name, _ in net.parameters_and_names()}
+    not_loaded, _ = ms.load_param_into_net(
+        net, {k: v for k, v in weights.items() if k in wanted}, strict_load=True
+    )
+    if not_loaded:
+        raise CheckpointError(f"{path}: parameters not loaded: {not_loaded[:5]}")
+    return used_ema
+
+
+def checkpoint_num_classes(path: str) -> int:
+    """Number of classes a checkpoint's head predicts (from ``head.cls_preds.0.weight``)."""
+    params = read_checkpoint(path)
+    for key in ("head.cls_preds.0.weight", EMA_PREFIX + "head.cls_preds.0.weight"):
+        if key in params:
+            return int(np.asarray(params[key].shape)[0])
+    raise CheckpointError(f"{path}: no head.cls_preds.0.weight, not a YOLOX checkpoint")

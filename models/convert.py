@@ -1,0 +1,166 @@
+"""Convert a PyTorch YOLOX checkpoint into a msdet (MindSpore) checkpoint.
+
+    python -m models.convert --model yolox_nano --src yolox_nano.pth --dst yolox_nano.ckpt
+
+Accepts the release format ``{"model": state_dict, ...}`` and a bare state_dict. Names map
+1:1 except BatchNorm (weight/bias/running_mean/running_var -> gamma/beta/moving_mean/
+moving_variance; num_batches_tracked dropped). Any unmatched or mis-shaped key stops the
+conversion by name; no partial checkpoint is written. torch is needed only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+BN_RENAMES = {
+    "weight": "gamma",
+    "bias": "beta",
+    "running_mean": "moving_mean",
+    "running_var": "moving_variance",
+}
+CLS_PRED_KEY = "head.cls_preds.0.weight"
+
+
+class ConversionError(ValueError):
+    """The PyTorch weights do not map onto the MindSpore model."""
+
+
+def mindspore_name(torch_key: str) -> str | None:
+    """MindSpore parameter name for a PyTorch state_dict key (None: key has no counterpart)."""
+    module, _, leaf = torch_key.rpartition(".")
+    if leaf == "num_batches_tracked":
+        return None
+    if module.endswith(".bn") or module == "bn":
+        return f"{module}.{BN_RENAMES.get(leaf, leaf)}"
+    return torch_key
+
+
+def extract_state_dict(obj: Any, src: str = "checkpoint") -> Mapping[str, Any]:
+    """The state_dict inside a YOLOX release checkpoint (``{"model": ...}``) or a bare one."""
+    if isinstance(obj, Mapping) and "model" in obj and isinstance(obj["model"], Mapping):
+        obj = obj["model"]
+    if not isinstance(obj, Mapping) or not obj:
+        raise ConversionError(f"{src}: expected a state_dict or {{'model': state_dict}}")
+    # DataParallel/DDP checkpoints prefix every key with "module.".
+    if all(k.startswith("module.") for k in obj):
+        obj = {k[len("module."):]: v for k, v in obj.items()}
+    return obj
+
+
+def infer_num_classes(state_dict: Mapping[str, Any]) -> int:
+    """Class count from the first classification conv (its output channels)."""
+    if CLS_PRED_KEY not in state_dict:
+        raise ConversionError(f"no {CLS_PRED_KEY!r} in the state_dict: not a YOLOX model")
+    return int(state_dict[CLS_PRED_KEY].shape[0])
+
+
+def convert_state_dict(
+    state_dict: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]]
+) -> dict[str, np.ndarray]:
+    """Rename and check a PyTorch state_dict against the MindSpore model's parameter shapes.
+
+    ``expected`` maps MindSpore parameter names to shapes. Raises
+    :class:`ConversionError` listing every unmatched, missing or mis-shaped key.
+    """
+    out: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
+    unmatched, misshaped = [], []
+    for key, value in state_dict.items():
+        name = mindspore_name(key)
+        if name is None:
+            continue
+        seen.add(name)
+        array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        if name not in expected:
+            unmatched.append(key)
+        elif tuple(array.shape) != tuple(expected[name]):
+            misshaped.append(f"{key}: {tuple(array.shape)} vs {tuple(expected[name])} ({name})")
+        else:
+            out[name] = array.astype(np.float32)
+    missing = sorted(set(expected) - seen)
+    problems = []
+    if unmatched:
+        problems.append("PyTorch keys with no MindSpore parameter: " + ", ".join(unmatched))
+    if misshaped:
+        problems.append("shape mismatches (torch vs mindspore): " + "; ".join(misshaped))
+    if missing:
+        problems.append("MindSpore parameters missing from the PyTorch weights: " + ", ".join(missing))
+    if problems:
+        raise ConversionError("\n".join(problems))
+    return out
+
+
+def load_torch_checkpoint(path: str) -> Mapping[str, Any]:
+    """Read a .pth file safely (``weights_only=True``: a checkpoint never runs code)."""
+    try:
+        import torch
+    except ImportError as err:
+        raise ConversionError(
+            "converting PyTorch weights needs torch: pip install torch==2.13.0"
+        ) from err
+    if not os.path.isfile(path):
+        raise ConversionError(f"PyTorch checkpoint not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise ConversionError(f"cannot read {path} as a PyTorch checkpoint: {err}") from err
+    return extract_state_dict(obj, path)
+
+
+def convert_to_network(state_dict: Mapping[str, Any], model: str, num_classes: int | None = None):
+    """Build the msdet model for ``state_dict`` and load the converted weights into it."""
+    import mindspore as ms
+
+    from models.yolox import build_model, load_model_config
+
+    classes = num_classes or infer_num_classes(state_dict)
+    net = build_model(load_model_config(model), classes)
+    expected = {name: tuple(p.shape) for name, p in net.parameters_and_names()}
+    arrays = convert_state_dict(state_dict, expected)
+    params = {k: ms.Parameter(ms.Tensor(v), name=k) for k, v in arrays.items()}
+    ms.load_param_into_net(net, params, strict_load=True)
+    return net
+
+
+def convert_file(src: str, dst: str, model: str, num_classes: int | None = None) -> int:
+    """Convert ``src`` (.pth) into ``dst`` (.ckpt); returns the number of tensors written."""
+    import mindspore as ms
+
+    state_dict = load_torch_checkpoint(src)
+    net = convert_to_network(state_dict, model, num_classes)
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    tmp = dst + ".tmp"
+    ms.save_checkpoint(
+        net, tmp, append_dict={"msdet_model": model, "msdet_num_classes": net.num_classes}
+    )
+    os.replace(tmp, dst)  # never leave a partial file under the final name
+    return len(net.parameters_dict())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    from models.yolox import model_names
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, choices=model_names())
+    parser.add_argument("--src", required=True, help="PyTorch .pth checkpoint")
+    parser.add_argument("--dst", required=True, help="MindSpore .ckpt to write")
+    parser.add_argument("--num-classes", type=int, default=None, help="default: from the head")
+    args = parser.parse_args(argv)
+    try:
+        n = convert_file(args.src, args.dst, args.model, args.num_classes)
+    except ConversionError as err:
+        print(f"conversion failed for {args.src}:\n{err}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.dst}: {n} tensors ({args.model})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The decoupled YOLOX head and the decoding of its outputs into boxes."""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.common.initializer import Constant
+
+from models.layers import BaseConv, conv2d, conv_block
+
+
+def prior_bias(prior_prob: float) -> float:
+    """Bias whose sigmoid is ``prior_prob`` (YOLOX's initial objectness/class score)."""
+    return -math.log((1.0 - prior_prob) / prior_prob)
+
+
+def make_grid(h: int, w: int, stride: int) -> tuple[ms.Tensor, ms.Tensor]:
+    """Anchor-point grid of one level: xy offsets [h*w, 2] (x fastest) and strides [h*w]."""
+    ys, xs = ops.meshgrid(
+        ops.arange(h, dtype=ms.float32), ops.arange(w, dtype=ms.float32), indexing="ij"
+    )
+    grid = ops.stack((xs, ys), -1).reshape(-1, 2)
+    strides = ops.full((h * w,), stride, dtype=ms.float32)
+    return grid, strides
+
+
+def decode_boxes(reg: ms.Tensor, grids: ms.Tensor, strides: ms.Tensor) -> ms.Tensor:
+    """Raw box regression [..., A, 4] -> (cx, cy, w, h) in input pixels."""
+    s = strides.reshape(-1, 1)
+    xy = (reg[..., :2] + grids) * s
+    wh = ops.exp(reg[..., 2:4]) * s
+    return ops.concat((xy, wh), -1)
+
+
+class YOLOXHead(nn.Cell):
+    """Per level: a 1x1 stem, then separate classification and regression branches.
+
+    In training mode (``set_train(True)``) ``construct`` returns what the loss needs:
+    raw outputs ``[B, A, 5 + C]`` (box regression, objectness logit, class logits) and
+    the anchor grid ``[A, 2]`` and strides ``[A]``. In inference mode it returns decoded
+    predictions ``[B, A, 5 + C]``: cx, cy, w, h in input pixels, objectness and class
+    probabilities, exactly as YOLOX does. This is the only place that mode is decided.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        width: float = 1.0,
+        strides: tuple[int, ...] = (8, 16, 32),
+        in_channels: tuple[int, ...] = (256, 512, 1024),
+        act: str = "silu",
+        depthwise: bool = False,
+        prior_prob: float = 0.01,
+    ):
+        super().__init__()
+        self.num_classes = num_classes
+        self.strides = tuple(strides)
+        self.num_levels = len(in_channels)
+        conv = conv_block(depthwise)
+        hidden = int(256 * width)
+        bias = Constant(prior_bias(prior_prob))
+
+        self.stems = nn.CellList()
+        self.cls_convs = nn.CellList()
+        self.reg_convs = nn.CellList()
+        self.cls_preds = nn.CellList()
+        self.reg_preds = nn.CellList()
+        self.obj_preds = nn.CellList()
+        for c in in_channels:
+            self.stems.append(BaseConv(int(c * width), hidden, 1, 1, act=act))
+            self.cls_convs.append(
+                nn.SequentialCell(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+            )
+            self.reg_convs.append(
+                nn.SequentialCell(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+            )
+            cls_pred = conv2d(hidden, num_classes, 1, bias=True)
+            obj_pred = conv2d(hidden, 1, 1, bias=True)
+            cls_pred.bias.set_data(ms.common.initializer.initializer(bias, [num_classes]))
+            obj_pred.bias.set_data(ms.common.initializer.initializer(bias, [1]))
+            self.cls_preds.append(cls_pred)
+            self.reg_preds.append(conv2d(hidden, 4, 1, bias=True))
+            self.obj_preds.append(obj_pred)
+
+    def construct(self, feats):
+        outputs = []
+        grids = []
+        strides = []
+        for k in range(self.num_levels):
+            x = self.stems[k](feats[k])
+            cls_out = self.cls_preds[k](self.cls_convs[k](x))
+            reg_feat = self.reg_convs[k](x)
+            reg_out = self.reg_preds[k](reg_feat)
+            obj_out = self.obj_preds[k](reg_feat)
+            out = ops.concat((reg_out, obj_out, cls_out), 1)
+            b, c, h, w = out.shape
+            outputs.append(out.reshape(b, c, h * w))
+            grid, stride = make_grid(h, w, self.strides[k])
+            grids.append(grid)
+            strides.append(stride)
+        raw = ops.transpose(ops.concat(outputs, 2), (0, 2, 1)).astype(ms.float32)
+        grids = ops.concat(grids, 0)
+        strides = ops.concat(strides, 0)
+        if self.training:
+            return raw, grids, strides
+        boxes = decode_boxes(raw[..., :4], grids, strides)
+        return ops.concat((boxes, ops.sigmoid(raw[..., 4:])), -1)

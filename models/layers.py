@@ -1,0 +1,203 @@
+"""YOLOX building blocks as MindSpore Cells.
+
+Attribute names mirror the PyTorch original (``conv``, ``bn``, ``dconv``, ``pconv``,
+``conv1``.. ``conv3``, ``m``) so that converting a PyTorch state_dict is a mechanical
+rename. Initialisation follows PyTorch's defaults (see :func:`conv2d`), because
+initialiser differences silently change how training from scratch behaves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.common.initializer import HeUniform, Uniform
+
+# YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
+# the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.
+BN_EPS = 1e-3
+BN_MOMENTUM = 0.97
+
+
+def conv2d(
+    in_channels: int,
+    out_channels: int,
+    ksize: int,
+    stride: int = 1,
+    groups: int = 1,
+    bias: bool = False,
+) -> nn.Conv2d:
+    """A Conv2d with PyTorch's padding and default initialisation.
+
+    PyTorch initialises conv weights with kaiming_uniform(a=sqrt(5)) and biases with
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in counts the input channels of one group.
+    """
+    pad = (ksize - 1) // 2
+    fan_in = (in_channels // groups) * ksize * ksize
+    return nn.Conv2d(
+        in_channels,
+        out_channels,
+        ksize,
+        stride=stride,
+        pad_mode="pad",
+        padding=pad,
+        group=groups,
+        has_bias=bias,
+        weight_init=HeUniform(negative_slope=math.sqrt(5)),
+        bias_init=Uniform(scale=1.0 / math.sqrt(fan_in)) if bias else "zeros",
+    )
+
+
+def activation(name: str) -> nn.Cell:
+    """The activations YOLOX uses: silu (default), relu, lrelu (slope 0.1)."""
+    if name == "silu":
+        return nn.SiLU()
+    if name == "relu":
+        return nn.ReLU()
+    if name == "lrelu":
+        return nn.LeakyReLU(0.1)
+    raise ValueError(f"model.act must be silu, relu or lrelu, got {name!r}")
+
+
+class BaseConv(nn.Cell):
+    """Conv2d -> BatchNorm -> activation, 'same' padding for odd kernels."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        ksize: int,
+        stride: int = 1,
+        groups: int = 1,
+        bias: bool = False,
+        act: str = "silu",
+    ):
+        super().__init__()
+        self.conv = conv2d(in_channels, out_channels, ksize, stride, groups, bias)
+        self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
+        self.act = activation(act)
+
+    def construct(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class DWConv(nn.Cell):
+    """Depthwise conv followed by a pointwise (1x1) conv, each with BN and activation."""
+
+    def __init__(
+        self, in_channels: int, out_channels: int, ksize: int, stride: int = 1, act: str = "silu"
+    ):
+        super().__init__()
+        self.dconv = BaseConv(in_channels, in_channels, ksize, stride, groups=in_channels, act=act)
+        self.pconv = BaseConv(in_channels, out_channels, 1, 1, act=act)
+
+    def construct(self, x):
+        return self.pconv(self.dconv(x))
+
+
+def conv_block(depthwise: bool):
+    """The 3x3 block of a model size: DWConv for nano, BaseConv otherwise."""
+    return DWConv if depthwise else BaseConv
+
+
+class Bottleneck(nn.Cell):
+    """1x1 conv then 3x3 conv, with a residual add when shapes allow and it is asked for."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        shortcut: bool = True,
+        expansion: float = 0.5,
+        depthwise: bool = False,
+        act: str = "silu",
+    ):
+        super().__init__()
+        hidden = int(out_channels * expansion)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv2 = conv_block(depthwise)(hidden, out_channels, 3, 1, act=act)
+        self.use_add = shortcut and in_channels == out_channels
+
+    def construct(self, x):
+        y = self.conv2(self.conv1(x))
+        if self.use_add:  # a Python bool fixed at build time: no graph control flow
+            y = y + x
+        return y
+
+
+class SPPBottleneck(nn.Cell):
+    """Spatial pyramid pooling: 1x1 conv, max-pools of 5/9/13 concatenated, 1x1 conv."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_sizes: tuple[int, ...] = (5, 9, 13),
+        act: str = "silu",
+    ):
+        super().__init__()
+        hidden = in_channels // 2
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        # 'same' padding with stride 1 pads implicitly with -inf, like PyTorch's padding=k//2.
+        self.m = nn.CellList([nn.MaxPool2d(k, 1, pad_mode="same") for k in kernel_sizes])
+        self.conv2 = BaseConv(hidden * (len(kernel_sizes) + 1), out_channels, 1, 1, act=act)
+
+    def construct(self, x):
+        x = self.conv1(x)
+        pooled = [x]
+        for pool in self.m:
+            pooled.append(pool(x))
+        return self.conv2(ops.concat(pooled, 1))
+
+
+class CSPLayer(nn.Cell):
+    """CSP bottleneck with three convolutions (C3 in YOLOv5)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        n: int = 1,
+        shortcut: bool = True,
+        expansion: float = 0.5,
+        depthwise: bool = False,
+        act: str = "silu",
+    ):
+        super().__init__()
+        hidden = int(out_channels * expansion)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv2 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv3 = BaseConv(2 * hidden, out_channels, 1, 1, act=act)
+        self.m = nn.SequentialCell(
+            [Bottleneck(hidden, hidden, shortcut, 1.0, depthwise, act=act) for _ in range(n)]
+        )
+
+    def construct(self, x):
+        x1 = self.m(self.conv1(x))
+        x2 = self.conv2(x)
+        return self.conv3(ops.concat((x1, x2), 1))
+
+
+class Focus(nn.Cell):
+    """Space-to-depth: four pixel phases stacked on channels, then a conv."""
+
+    def __init__(
+        self, in_channels: int, out_channels: int, ksize: int = 1, stride: int = 1, act: str = "silu"
+    ):
+        super().__init__()
+        self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)
+
+    def construct(self, x):
+        # Channel order as in YOLOX: top-left, bottom-left, top-right, bottom-right.
+        top_left = x[:, :, ::2, ::2]
+        bot_left = x[:, :, 1::2, ::2]
+        top_right = x[:, :, ::2, 1::2]
+        bot_right = x[:, :, 1::2, 1::2]
+        return self.conv(ops.concat((top_left, bot_left, top_right, bot_right), 1))
+
+
+def upsample2x(x: ms.Tensor) -> ms.Tensor:
+    """Nearest-neighbour 2x upsampling (PyTorch's nn.Upsample(scale_factor=2))."""
+    h, w = x.shape[2], x.shape[3]
+    return ops.ResizeNearestNeighbor((h * 2, w * 2))(x)

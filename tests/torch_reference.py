@@ -1,0 +1,19 @@
+"""Access to the PyTorch original for tests: skip locally without it, fail in CI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from models.reference import ReferenceUnavailable, import_yolox
+
+
+def require_yolox():
+    """Import yolox or skip; with MSDET_REQUIRE_TORCH=1 (CI) a missing reference fails."""
+    try:
+        return import_yolox()
+    except ReferenceUnavailable as err:
+        if os.environ.get("MSDET_REQUIRE_TORCH") == "1":
+            pytest.fail(f"PyTorch reference required but unavailable: {err}")
+        pytest.skip(str(err))
