@@ -89,7 +89,10 @@ def configure_process_env(device: str, save_graphs_dir: str | None = None) -> di
         changed[ONEDNN_ISA_VAR] = ONEDNN_ISA_VALUE
     if save_graphs_dir:
         os.makedirs(save_graphs_dir, exist_ok=True)
-        for key, value in (("MS_DEV_SAVE_GRAPHS", "1"), ("MS_DEV_SAVE_GRAPHS_PATH", save_graphs_dir)):
+        for key, value in (
+            ("MS_DEV_SAVE_GRAPHS", "1"),
+            ("MS_DEV_SAVE_GRAPHS_PATH", save_graphs_dir),
+        ):
             os.environ[key] = value
             changed[key] = value
     return changed

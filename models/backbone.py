@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mindspore import nn
 
-from models.layers import BaseConv, CSPLayer, Focus, SPPBottleneck, conv_block
+from models.layers import CSPLayer, Focus, SPPBottleneck, conv_block
 
 
 class CSPDarknet(nn.Cell):
@@ -37,8 +37,12 @@ class CSPDarknet(nn.Cell):
             conv(base_ch * 8, base_ch * 16, 3, 2, act=act),
             SPPBottleneck(base_ch * 16, base_ch * 16, act=act),
             CSPLayer(
-                base_ch * 16, base_ch * 16, n=base_depth, shortcut=False,
-                depthwise=depthwise, act=act,
+                base_ch * 16,
+                base_ch * 16,
+                n=base_depth,
+                shortcut=False,
+                depthwise=depthwise,
+                act=act,
             ),
         )
 

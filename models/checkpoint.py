@@ -34,9 +34,11 @@ def read_checkpoint(path: str) -> dict[str, ms.Parameter]:
         ) from err
 
 
-def network_weights(params: dict[str, ms.Parameter], use_ema: bool = True) -> dict[str, ms.Parameter]:
+def network_weights(
+    params: dict[str, ms.Parameter], use_ema: bool = True
+) -> dict[str, ms.Parameter]:
     """The network's weights from a checkpoint dict: EMA weights when present and asked for."""
-    ema = {k[len(EMA_PREFIX):]: v for k, v in params.items() if k.startswith(EMA_PREFIX)}
+    ema = {k[len(EMA_PREFIX) :]: v for k, v in params.items() if k.startswith(EMA_PREFIX)}
     if use_ema and ema:
         return ema
     return {k: v for k, v in params.items() if not k.startswith(EMA_PREFIX)}

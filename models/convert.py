@@ -49,7 +49,7 @@ def extract_state_dict(obj: Any, src: str = "checkpoint") -> Mapping[str, Any]:
         raise ConversionError(f"{src}: expected a state_dict or {{'model': state_dict}}")
     # DataParallel/DDP checkpoints prefix every key with "module.".
     if all(k.startswith("module.") for k in obj):
-        obj = {k[len("module."):]: v for k, v in obj.items()}
+        obj = {k[len("module.") :]: v for k, v in obj.items()}
     return obj
 
 
@@ -90,7 +90,9 @@ def convert_state_dict(
     if misshaped:
         problems.append("shape mismatches (torch vs mindspore): " + "; ".join(misshaped))
     if missing:
-        problems.append("MindSpore parameters missing from the PyTorch weights: " + ", ".join(missing))
+        problems.append(
+            "MindSpore parameters missing from the PyTorch weights: " + ", ".join(missing)
+        )
     if problems:
         raise ConversionError("\n".join(problems))
     return out
@@ -132,10 +134,12 @@ def convert_file(src: str, dst: str, model: str, num_classes: int | None = None)
     """Convert ``src`` (.pth) into ``dst`` (.ckpt); returns the number of tensors written."""
     import mindspore as ms
 
+    if not dst.endswith(".ckpt"):
+        raise ConversionError(f"--dst must end with .ckpt (MindSpore appends it otherwise): {dst}")
     state_dict = load_torch_checkpoint(src)
     net = convert_to_network(state_dict, model, num_classes)
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    tmp = dst + ".tmp"
+    tmp = dst[: -len(".ckpt")] + ".partial.ckpt"
     ms.save_checkpoint(
         net, tmp, append_dict={"msdet_model": model, "msdet_num_classes": net.num_classes}
     )
@@ -147,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     from models.yolox import model_names
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", required=True, choices=model_names())
     parser.add_argument("--src", required=True, help="PyTorch .pth checkpoint")
     parser.add_argument("--dst", required=True, help="MindSpore .ckpt to write")

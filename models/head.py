@@ -71,10 +71,14 @@ class YOLOXHead(nn.Cell):
         for c in in_channels:
             self.stems.append(BaseConv(int(c * width), hidden, 1, 1, act=act))
             self.cls_convs.append(
-                nn.SequentialCell(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+                nn.SequentialCell(
+                    conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act)
+                )
             )
             self.reg_convs.append(
-                nn.SequentialCell(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+                nn.SequentialCell(
+                    conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act)
+                )
             )
             cls_pred = conv2d(hidden, num_classes, 1, bias=True)
             obj_pred = conv2d(hidden, 1, 1, bias=True)

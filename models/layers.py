@@ -183,7 +183,12 @@ class Focus(nn.Cell):
     """Space-to-depth: four pixel phases stacked on channels, then a conv."""
 
     def __init__(
-        self, in_channels: int, out_channels: int, ksize: int = 1, stride: int = 1, act: str = "silu"
+        self,
+        in_channels: int,
+        out_channels: int,
+        ksize: int = 1,
+        stride: int = 1,
+        act: str = "silu",
     ):
         super().__init__()
         self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)

@@ -21,7 +21,7 @@ INSTALL_HINT = (
 )
 
 
-class ReferenceUnavailable(ImportError):
+class ReferenceMissingError(ImportError):
     """torch or yolox is not installed."""
 
 
@@ -73,13 +73,13 @@ def import_yolox() -> Any:
     try:
         import torch  # noqa: F401
     except ImportError as err:
-        raise ReferenceUnavailable(f"torch is not installed: {INSTALL_HINT}") from err
+        raise ReferenceMissingError(f"torch is not installed: {INSTALL_HINT}") from err
     install_torchvision_standin()
     try:
         import yolox.models
         import yolox.utils  # noqa: F401
     except ImportError as err:
-        raise ReferenceUnavailable(f"yolox is not importable ({err}): {INSTALL_HINT}") from err
+        raise ReferenceMissingError(f"yolox is not importable ({err}): {INSTALL_HINT}") from err
     return yolox
 
 
@@ -93,12 +93,18 @@ def build_torch_yolox(model_cfg: Any, num_classes: int, seed: int = 0):
     torch.manual_seed(seed)
     in_channels = [256, 512, 1024]
     backbone = YOLOPAFPN(
-        model_cfg.depth, model_cfg.width, in_channels=in_channels,
-        act=model_cfg.act, depthwise=model_cfg.depthwise,
+        model_cfg.depth,
+        model_cfg.width,
+        in_channels=in_channels,
+        act=model_cfg.act,
+        depthwise=model_cfg.depthwise,
     )
     head = YOLOXHead(
-        num_classes, model_cfg.width, in_channels=in_channels,
-        act=model_cfg.act, depthwise=model_cfg.depthwise,
+        num_classes,
+        model_cfg.width,
+        in_channels=in_channels,
+        act=model_cfg.act,
+        depthwise=model_cfg.depthwise,
     )
     model = YOLOX(backbone, head)
     for m in model.modules():

@@ -6,14 +6,14 @@ import os
 
 import pytest
 
-from models.reference import ReferenceUnavailable, import_yolox
+from models.reference import ReferenceMissingError, import_yolox
 
 
 def require_yolox():
     """Import yolox or skip; with MSDET_REQUIRE_TORCH=1 (CI) a missing reference fails."""
     try:
         return import_yolox()
-    except ReferenceUnavailable as err:
+    except ReferenceMissingError as err:
         if os.environ.get("MSDET_REQUIRE_TORCH") == "1":
             pytest.fail(f"PyTorch reference required but unavailable: {err}")
         pytest.skip(str(err))

@@ -1,11 +1,23 @@
-"""The port computes what the PyTorch original computes (YOLOX 0.3.0, eval mode)."""
+"""The port computes what the PyTorch original computes (YOLOX 0.3.0, eval mode).
+
+Two views of parity:
+- module by module, each fed the original's input: every module agrees within 1e-4
+  (measured ~1e-6, float32 rounding), which pins every weight and layer;
+- end to end, both in float32 against the original run in float64: float32 rounding
+  grows through ~100 layers of a random-init network (PyTorch float32 itself differs from
+  its float64 by up to ~1e-3 on a score), so the end-to-end check bounds mean and max
+  error instead of demanding 1e-4 everywhere.
+"""
 
 from __future__ import annotations
+
+import copy
 
 import mindspore as ms
 import numpy as np
 import pytest
 
+from models.compare import compare_modules, first_failure, format_table
 from models.convert import convert_state_dict, mindspore_name
 from models.reference import build_torch_yolox, calibrate
 from models.yolox import build_model, load_model_config
@@ -17,18 +29,21 @@ NUM_CLASSES = 80
 IMG = 256
 
 
-def max_diffs(ms_out: np.ndarray, pt_out: np.ndarray) -> tuple[float, float]:
-    """(max relative difference of boxes, max absolute difference of scores)."""
-    box_rel = np.abs(ms_out[..., :4] - pt_out[..., :4]) / np.maximum(np.abs(pt_out[..., :4]), 1.0)
-    score_abs = np.abs(ms_out[..., 4:] - pt_out[..., 4:])
-    return float(box_rel.max()), float(score_abs.max())
+def errors(ours: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """Box error relative (to max(|ref|, 1) px) and score error absolute: max and mean."""
+    box = np.abs(ours[..., :4] - ref[..., :4]) / np.maximum(np.abs(ref[..., :4]), 1.0)
+    score = np.abs(ours[..., 4:] - ref[..., 4:])
+    return {
+        "box_max": float(box.max()),
+        "box_mean": float(box.mean()),
+        "score_max": float(score.max()),
+        "score_mean": float(score.mean()),
+    }
 
 
 def ported_pair(name: str, corrupt=None):
-    """(PyTorch model, MindSpore model with the converted weights, input image batch)."""
+    """(calibrated PyTorch model, msdet model with its converted weights, input batch)."""
     require_yolox()
-    import torch
-
     cfg = load_model_config(name)
     pt = calibrate(build_torch_yolox(cfg, NUM_CLASSES), img_size=IMG)
     state = pt.state_dict()
@@ -40,9 +55,17 @@ def ported_pair(name: str, corrupt=None):
     ms.load_param_into_net(net, {k: ms.Parameter(ms.Tensor(v), k) for k, v in arrays.items()})
     net.set_train(False)
     x = np.random.default_rng(0).uniform(0, 255, (2, 3, IMG, IMG)).astype(np.float32)
+    return pt, net, x
+
+
+def torch_outputs(pt, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The original's output in float32 and in float64 (the rounding-free reference)."""
+    import torch
+
     with torch.no_grad():
-        ref = pt(torch.from_numpy(x)).numpy()
-    return ref, net, x
+        out32 = pt(torch.from_numpy(x)).numpy()
+        out64 = copy.deepcopy(pt).double()(torch.from_numpy(x).double()).numpy()
+    return out32, out64
 
 
 @pytest.fixture(params=["graph", "pynative"])
@@ -54,32 +77,59 @@ def mode(request):
 
 @pytest.mark.parametrize("name", ["yolox_nano", "yolox_tiny"])
 def test_decoded_outputs_match_pytorch(name, mode):
-    ref, net, x = ported_pair(name)
-    out = net(ms.Tensor(x)).asnumpy()
-    assert out.shape == ref.shape == (2, (IMG // 8) ** 2 + (IMG // 16) ** 2 + (IMG // 32) ** 2, 85)
-    # Calibration must make the comparison meaningful: scores spread, not all at the prior.
-    assert ref[..., 4].std() > 0.05 and ref[..., 5:].std() > 0.05
-    box_rel, score_abs = max_diffs(out, ref)
-    print(f"{name} {mode}: box max rel diff {box_rel:.2e}, score max abs diff {score_abs:.2e}")
-    assert box_rel < 1e-4
-    assert score_abs < 1e-4
+    pt, net, x = ported_pair(name)
+    out32, out64 = torch_outputs(pt, x)
+    ours = net(ms.Tensor(x)).asnumpy()
+    anchors = (IMG // 8) ** 2 + (IMG // 16) ** 2 + (IMG // 32) ** 2
+    assert ours.shape == out32.shape == (2, anchors, 5 + NUM_CLASSES)
+    # Calibration makes the comparison meaningful: scores spread, not all at the prior.
+    assert out32[..., 4].std() > 0.02 and out32[..., 5:].std() > 0.05
+    e_ms, e_pt = errors(ours, out64), errors(out32, out64)
+    print(f"\n{name} {mode}: msdet fp32 vs original fp64 {e_ms}\n  original fp32 vs fp64 {e_pt}")
+    assert e_ms["score_mean"] < 2e-5 and e_ms["box_mean"] < 1e-4
+    assert e_ms["score_max"] < 5e-3 and e_ms["box_max"] < 5e-2
 
 
-def test_swapped_bn_parameters_break_parity():
-    """The comparison can fail: one BatchNorm with gamma and beta swapped is caught."""
+@pytest.mark.parametrize("name", ["yolox_nano", "yolox_tiny"])
+def test_every_module_matches_pytorch(name):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        pt, net, x = ported_pair(name)
+        rows = compare_modules(pt, net, x, atol=1e-4, rtol=1e-4)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+    print("\n" + format_table(rows))
+    assert len(rows) == 5 + 8 + 3 * 6 + 1
+    assert first_failure(rows) is None
+    assert max(r.max_rel for r in rows) < 5e-5
 
-    def swap_first_bn(state):
-        key = "backbone.backbone.dark2.1.conv1.bn"
-        state[f"{key}.weight"], state[f"{key}.bias"] = state[f"{key}.bias"], state[f"{key}.weight"]
+
+def test_swapped_bn_parameters_are_caught():
+    """The comparison can fail: one BatchNorm with gamma and beta swapped is named."""
+    bn = "backbone.backbone.dark3.1.m.0.conv1.bn"
+
+    def swap(state):
+        state[f"{bn}.weight"], state[f"{bn}.bias"] = state[f"{bn}.bias"], state[f"{bn}.weight"]
         return state
 
-    ref, net, x = ported_pair("yolox_nano", corrupt=swap_first_bn)
-    box_rel, score_abs = max_diffs(net(ms.Tensor(x)).asnumpy(), ref)
-    assert max(box_rel, score_abs) > 1e-2
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        pt, net, x = ported_pair("yolox_nano", corrupt=swap)
+        rows = compare_modules(pt, net, x)
+        _, out64 = torch_outputs(pt, x)
+        e_ms = errors(net(ms.Tensor(x)).asnumpy(), out64)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+    assert first_failure(rows).module == "backbone.backbone.dark3"
+    assert all(r.passed for r in rows[:2])  # stem and dark2 still agree
+    assert e_ms["score_max"] > 5e-2 or e_ms["box_max"] > 5e-1
 
 
 def test_bn_names_map_to_mindspore():
-    assert mindspore_name("backbone.backbone.stem.conv.bn.weight") == "backbone.backbone.stem.conv.bn.gamma"
+    assert (
+        mindspore_name("backbone.backbone.stem.conv.bn.weight")
+        == "backbone.backbone.stem.conv.bn.gamma"
+    )
     assert mindspore_name("head.stems.0.bn.running_var") == "head.stems.0.bn.moving_variance"
     assert mindspore_name("head.stems.0.bn.num_batches_tracked") is None
     assert mindspore_name("head.cls_preds.2.bias") == "head.cls_preds.2.bias"

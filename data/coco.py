@@ -1,0 +1,214 @@
+"""COCO-format detection datasets: annotations read with pycocotools, images from a folder.
+
+:class:`CocoSource` is the one reader behind every dataset msdet trains on (COCO itself,
+the built-in shapes set, converted YOLO/VOC sets). It turns the json into per-image
+training targets once, at start-up, and loads images on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import numpy as np
+from pycocotools.coco import COCO
+
+from data.image_io import UnreadableImageStats, read_image
+
+log = logging.getLogger(__name__)
+
+# A box this thin (in pixels, after clipping to the image) carries no usable signal.
+MIN_BOX_SIDE = 1.0
+# How many malformed annotations are listed by id in the start-up warning.
+MAX_LISTED_PROBLEMS = 10
+
+
+class CocoSource:
+    """A COCO-format dataset split: ``ann_file`` (json) and the images under ``img_dir``.
+
+    Training indices of classes are contiguous, ordered by category id:
+    ``category_ids[label]`` is the dataset's id of training class ``label``.
+    Crowd annotations stay in :attr:`coco` (the evaluator needs them) but are not
+    training targets; malformed annotation entries are skipped with one warning.
+    """
+
+    def __init__(self, root: str, ann_file: str, img_dir: str):
+        self.ann_file = os.path.abspath(os.path.join(root, ann_file))
+        self.img_dir = os.path.abspath(os.path.join(root, img_dir))
+        if not os.path.isfile(self.ann_file):
+            raise FileNotFoundError(f"annotation file not found: {self.ann_file}")
+        if not os.path.isdir(self.img_dir):
+            raise FileNotFoundError(f"image folder not found: {self.img_dir}")
+
+        with open(self.ann_file, encoding="utf-8") as f:
+            try:
+                dataset = json.load(f)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{self.ann_file} is not valid json: {err}") from err
+        _check_top_level(dataset, self.ann_file)
+        dataset["annotations"] = _drop_malformed_annotations(dataset, self.ann_file)
+
+        self.coco = COCO()
+        self.coco.dataset = dataset
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+            self.coco.createIndex()
+
+        self.category_ids: list[int] = sorted(self.coco.getCatIds())
+        self.class_names: list[str] = [self.coco.cats[c]["name"] for c in self.category_ids]
+        self.num_classes = len(self.category_ids)
+        self.image_ids: list[int] = list(self.coco.getImgIds())
+        self._label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids)}
+        self._targets = [self._targets_of(img_id) for img_id in self.image_ids]
+        # Shared with data workers: the engine reports how many images were replaced.
+        self.unreadable = UnreadableImageStats()
+        self._size_warned: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"CocoSource({self.ann_file}: {len(self)} images, {self.num_classes} classes, "
+            f"{sum(len(t[1]) for t in self._targets)} boxes)"
+        )
+
+    def image_info(self, i: int) -> dict[str, Any]:
+        """``{"id", "file_name", "height", "width"}`` of image ``i`` (a position, not an id)."""
+        info = self.coco.imgs[self.image_ids[i]]
+        return {
+            "id": int(info["id"]),
+            "file_name": str(info["file_name"]),
+            "height": int(info["height"]),
+            "width": int(info["width"]),
+        }
+
+    def image_path(self, i: int) -> str:
+        """Absolute path of image ``i``."""
+        return os.path.join(self.img_dir, self.coco.imgs[self.image_ids[i]]["file_name"])
+
+    def annotations(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Training targets of image ``i``: boxes float32 [N, 4] xyxy in pixels, clipped to
+        the image, and labels int64 [N] (training class indices). N may be 0."""
+        boxes, labels = self._targets[i]
+        return boxes.copy(), labels.copy()
+
+    def has_objects(self, i: int) -> bool:
+        """Whether image ``i`` has at least one training box."""
+        return len(self._targets[i][1]) > 0
+
+    def load(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Image ``i`` as uint8 BGR [H, W, 3] with its boxes and labels.
+
+        Raises :class:`data.image_io.ImageReadError` naming the file when the image is
+        missing, truncated or undecodable.
+        """
+        img = read_image(self.image_path(i))
+        boxes, labels = self.annotations(i)
+        info = self.coco.imgs[self.image_ids[i]]
+        h, w = img.shape[:2]
+        if (h, w) != (info["height"], info["width"]):
+            if info["id"] not in self._size_warned:
+                self._size_warned.add(info["id"])
+                log.warning(
+                    "%s is %dx%d but annotated as %dx%d; scaling its boxes to the pixels",
+                    self.image_path(i), w, h, info["width"], info["height"],
+                )
+            # Boxes are in the annotated size; keep them aligned with the pixels we have.
+            sx, sy = w / info["width"], h / info["height"]
+            boxes = boxes * np.array([sx, sy, sx, sy], dtype=np.float32)
+        return img, boxes, labels
+
+    def _targets_of(self, img_id: int) -> tuple[np.ndarray, np.ndarray]:
+        info = self.coco.imgs[img_id]
+        width, height = float(info["width"]), float(info["height"])
+        boxes, labels = [], []
+        for ann in self.coco.imgToAnns.get(img_id, []):
+            if ann.get("iscrowd", 0):
+                continue
+            x, y, w, h = (float(v) for v in ann["bbox"])
+            x1, y1 = min(max(x, 0.0), width), min(max(y, 0.0), height)
+            x2, y2 = min(max(x + w, 0.0), width), min(max(y + h, 0.0), height)
+            if x2 - x1 <= MIN_BOX_SIDE or y2 - y1 <= MIN_BOX_SIDE:
+                continue
+            boxes.append((x1, y1, x2, y2))
+            labels.append(self._label_of[ann["category_id"]])
+        return (
+            np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
+            np.asarray(labels, dtype=np.int64),
+        )
+
+
+def _check_top_level(dataset: Any, ann_file: str) -> None:
+    """Fail fast on a json that is not a COCO detection file or has broken image entries."""
+    if not isinstance(dataset, dict):
+        raise ValueError(f"{ann_file}: expected a COCO json object, got {type(dataset).__name__}")
+    for key in ("images", "categories"):
+        if not isinstance(dataset.get(key), list):
+            raise ValueError(f"{ann_file}: missing or invalid '{key}' list")
+    dataset.setdefault("annotations", [])
+    if not dataset["categories"]:
+        raise ValueError(f"{ann_file}: no categories")
+    for cat in dataset["categories"]:
+        if not isinstance(cat, dict) or not isinstance(cat.get("id"), int) or "name" not in cat:
+            raise ValueError(f"{ann_file}: category entry needs an integer 'id' and a 'name': {cat}")
+    for img in dataset["images"]:
+        ok = isinstance(img, dict) and isinstance(img.get("id"), int)
+        ok = ok and isinstance(img.get("file_name"), str)
+        ok = ok and all(isinstance(img.get(k), int) and img[k] > 0 for k in ("width", "height"))
+        if not ok:
+            raise ValueError(
+                f"{ann_file}: image entry needs integer 'id', 'width', 'height' > 0 and a "
+                f"'file_name': {img}"
+            )
+
+
+def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:
+    """The annotations pycocotools and training can use; the rest is reported by id."""
+    image_ids = {img["id"] for img in dataset["images"]}
+    category_ids = {cat["id"] for cat in dataset["categories"]}
+    kept, problems = [], []
+    for ann in dataset["annotations"]:
+        problem = _annotation_problem(ann, image_ids, category_ids)
+        if problem:
+            ann_id = ann.get("id", "?") if isinstance(ann, dict) else "?"
+            problems.append(f"id {ann_id} ({problem})")
+        else:
+            # COCOeval reads both keys; files written by other tools may omit them.
+            ann.setdefault("area", float(ann["bbox"][2]) * float(ann["bbox"][3]))
+            ann.setdefault("iscrowd", 0)
+            kept.append(ann)
+    if problems:
+        listed = ", ".join(problems[:MAX_LISTED_PROBLEMS])
+        more = len(problems) - MAX_LISTED_PROBLEMS
+        log.warning(
+            "%s: skipped %d malformed annotation(s): %s%s",
+            ann_file,
+            len(problems),
+            listed,
+            f" and {more} more" if more > 0 else "",
+        )
+    return kept
+
+
+def _annotation_problem(ann: Any, image_ids: set, category_ids: set) -> str | None:
+    if not isinstance(ann, dict):
+        return "not an object"
+    if not isinstance(ann.get("id"), int):
+        return "no integer id"
+    if ann.get("image_id") not in image_ids:
+        return f"unknown image_id {ann.get('image_id')!r}"
+    if ann.get("category_id") not in category_ids:
+        return f"unknown category_id {ann.get('category_id')!r}"
+    bbox = ann.get("bbox")
+    if not isinstance(bbox, list | tuple) or len(bbox) != 4:
+        return f"bbox must be [x, y, w, h], got {bbox!r}"
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in bbox):
+        return f"bbox values must be finite numbers, got {bbox!r}"
+    if bbox[2] < 0 or bbox[3] < 0:
+        return f"negative bbox size {bbox!r}"
+    return None

@@ -1,0 +1,214 @@
+"""Batched, class-aware non-maximum suppression on ``ops.NMSWithMask`` (graph mode, static shapes).
+
+:class:`BatchedNMS` turns decoded YOLOX predictions ``[B, A, 5 + C]`` into a fixed number of
+detections per image, following YOLOX's ``postprocess``: score = objectness x best class
+probability (one label per anchor), keep ``score >= conf_thresh``, NMS per class. Every
+shape is static: the result is zero-padded to ``max_det`` rows with a valid count per image.
+
+:func:`greedy_nms` and :func:`postprocess_numpy` are a plain numpy implementation of the
+same pipeline, used as the reference in tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+
+# Ascend's NMSWithMask accepts at most this many boxes per call (MindSpore docs).
+ASCEND_MAX_NMS_BOXES = 2864
+
+# Fill score for candidates that fail the threshold or are not finite: below any valid
+# score, because valid scores are products of probabilities and thresholds are >= 0.
+INVALID_SCORE = -1.0
+
+
+class BatchedNMS(nn.Cell):
+    """YOLOX post-processing: score threshold, top-k, class-aware NMS, fixed-size output.
+
+    Args:
+        num_classes: number of class columns after objectness (predictions use
+            columns ``5 : 5 + num_classes``).
+        conf_thresh: keep candidates with ``objectness * class_prob >= conf_thresh``.
+        iou_thresh: a box is suppressed when its IoU with a higher-scoring kept box of the
+            same class is ``> iou_thresh`` (no +1 pixel convention).
+        pre_nms_topk: candidates per image that enter NMS, highest scores first; at most
+            2864, the Ascend limit of one ``NMSWithMask`` call.
+        max_det: detections returned per image.
+        class_agnostic: suppress across classes (YOLOX's ``class_agnostic``).
+
+    ``construct(predictions)`` takes decoded predictions ``[B, A, 5 + C]`` (cx, cy, w, h in
+    input pixels, objectness and class probabilities; float32 or float16) and returns
+    ``(dets, counts)``: ``dets [B, max_det, 6]`` float32 rows (x1, y1, x2, y2, score,
+    class index) sorted by score, zero rows after the first ``counts[b]``; ``counts [B]``
+    int32. Candidates with a NaN/inf score or box are never kept.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        conf_thresh: float = 0.01,
+        iou_thresh: float = 0.65,
+        pre_nms_topk: int = 1000,
+        max_det: int = 100,
+        class_agnostic: bool = False,
+    ):
+        super().__init__()
+        check_nms_settings(num_classes, conf_thresh, iou_thresh, pre_nms_topk, max_det)
+        self.num_classes = int(num_classes)
+        self.conf_thresh = float(conf_thresh)
+        self.iou_thresh = float(iou_thresh)
+        self.pre_nms_topk = int(pre_nms_topk)
+        self.max_det = int(max_det)
+        self.class_agnostic = bool(class_agnostic)
+        self.nms = ops.NMSWithMask(self.iou_thresh)
+        self.topk = ops.TopK(sorted=True)
+        self.best_class = ops.ArgMaxWithValue(axis=-1)
+
+    def construct(self, predictions):
+        # NMS always runs in float32: class offsets reach C x image size (> 65504, the
+        # float16 maximum, for 80 classes at 832 px) and float16 spacing at 50000 is 32 px.
+        preds = predictions.astype(ms.float32)
+        batch = preds.shape[0]
+        k = min(self.pre_nms_topk, preds.shape[1])
+        m = min(self.max_det, k)
+
+        centers = preds[:, :, 0:2]
+        half = preds[:, :, 2:4] * 0.5
+        boxes = ops.concat((centers - half, centers + half), -1)
+        labels, class_prob = self.best_class(preds[:, :, 5 : 5 + self.num_classes])
+        scores = preds[:, :, 4] * class_prob
+
+        finite = ops.logical_and(ops.isfinite(scores), ops.isfinite(boxes).all(-1))
+        valid = ops.logical_and(finite, scores >= self.conf_thresh)
+        masked = ops.where(valid, scores, ops.full_like(scores, INVALID_SCORE))
+        # Ascend's NMSWithMask ignores the score column, so the input must be pre-sorted.
+        top_scores, top_idx = self.topk(masked, k)
+        cand_valid = top_scores >= self.conf_thresh
+        cand_boxes = ops.gather_elements(boxes, 1, ops.tile(top_idx.expand_dims(-1), (1, 1, 4)))
+        cand_labels = ops.gather_elements(labels, 1, top_idx).astype(ms.float32)
+        cand_boxes = ops.where(
+            cand_valid.expand_dims(-1), cand_boxes, ops.zeros_like(cand_boxes)
+        )
+
+        nms_boxes = cand_boxes
+        if not self.class_agnostic:
+            # torchvision's batched_nms trick: move each class to its own region so boxes of
+            # different classes never overlap. Shifting by the minimum coordinate first keeps
+            # the regions apart also for boxes that stick out left/above the image (x < -1),
+            # where torchvision's class * (max + 1) can overlap; with non-negative
+            # coordinates lo is 0 and the offsets are exactly torchvision's.
+            lo = ops.minimum(cand_boxes.min(axis=(1, 2), keepdims=True), 0.0)
+            hi = ops.maximum(cand_boxes.max(axis=(1, 2), keepdims=True), 0.0)
+            span = hi - lo + 1.0
+            nms_boxes = cand_boxes - lo + cand_labels.expand_dims(-1) * span
+
+        # The rank (k .. 1) as the score column: distinct and in input order, so CPU/GPU,
+        # which sort by score (unstable for ties), return the mask in our order, as Ascend.
+        rank = ops.arange(k, 0, -1).astype(ms.float32)
+        rank_col = rank.reshape(k, 1)
+        kept = []
+        for i in range(batch):
+            _, _, mask = self.nms(ops.concat((nms_boxes[i], rank_col), -1))
+            kept.append(mask)
+        kept = ops.logical_and(ops.stack(kept), cand_valid)
+
+        # Kept candidates keep their score order: pick the m highest ranks among them.
+        order_key = ops.where(kept, ops.broadcast_to(rank, kept.shape), ops.zeros_like(top_scores))
+        key, sel = self.topk(order_key, m)
+        selected = key > 0
+        rows = ops.concat((cand_boxes, top_scores.expand_dims(-1), cand_labels.expand_dims(-1)), -1)
+        dets = ops.gather_elements(rows, 1, ops.tile(sel.expand_dims(-1), (1, 1, 6)))
+        dets = ops.where(selected.expand_dims(-1), dets, ops.zeros_like(dets))
+        if m < self.max_det:
+            dets = ops.concat((dets, ops.zeros((batch, self.max_det - m, 6), ms.float32)), 1)
+        counts = selected.astype(ms.int32).sum(axis=1).astype(ms.int32)
+        return dets, counts
+
+
+def check_nms_settings(
+    num_classes: int, conf_thresh: float, iou_thresh: float, pre_nms_topk: int, max_det: int
+) -> None:
+    """Raise ``ValueError`` naming the ``eval.*`` setting that :class:`BatchedNMS` cannot use."""
+    if int(num_classes) < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if not 0.0 <= float(conf_thresh) <= 1.0:
+        raise ValueError(f"eval.conf_thresh must be in [0, 1], got {conf_thresh}")
+    if not 0.0 < float(iou_thresh) <= 1.0:
+        raise ValueError(f"eval.nms_iou must be in (0, 1], got {iou_thresh}")
+    if not 1 <= int(pre_nms_topk) <= ASCEND_MAX_NMS_BOXES:
+        raise ValueError(
+            f"eval.pre_nms_topk must be in [1, {ASCEND_MAX_NMS_BOXES}], got {pre_nms_topk}: "
+            f"one NMSWithMask call takes at most {ASCEND_MAX_NMS_BOXES} boxes on Ascend"
+        )
+    if int(max_det) < 1:
+        raise ValueError(f"eval.max_det must be >= 1, got {max_det}")
+
+
+def box_iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one xyxy box with each of ``boxes [N, 4]`` (no +1 pixel convention)."""
+    w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
+    h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
+    inter = w * h
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (area + areas - inter)
+
+
+def greedy_nms(boxes: np.ndarray, scores: np.ndarray, iou_thresh: float) -> np.ndarray:
+    """Indices of the boxes greedy NMS keeps, highest score first.
+
+    A box is suppressed when its IoU with a kept, higher-scoring box is ``> iou_thresh``.
+    Ties in score keep the input order.
+    """
+    order = np.argsort(-scores, kind="stable")
+    boxes = boxes[order]
+    suppressed = np.zeros(len(order), dtype=bool)
+    keep = []
+    for i in range(len(order)):
+        if suppressed[i]:
+            continue
+        keep.append(order[i])
+        suppressed[i + 1 :] |= box_iou_one_to_many(boxes[i], boxes[i + 1 :]) > iou_thresh
+    return np.asarray(keep, dtype=np.int64)
+
+
+def postprocess_numpy(
+    predictions: np.ndarray,
+    num_classes: int,
+    conf_thresh: float = 0.01,
+    iou_thresh: float = 0.65,
+    pre_nms_topk: int = 1000,
+    max_det: int = 100,
+    class_agnostic: bool = False,
+) -> list[np.ndarray]:
+    """The :class:`BatchedNMS` pipeline in numpy: per image an ``[n, 6]`` array, score-sorted.
+
+    Class-aware NMS runs class by class here (no coordinate offsets), so it checks the
+    offset trick of :class:`BatchedNMS` instead of repeating it.
+    """
+    out = []
+    for pred in np.asarray(predictions, dtype=np.float32):
+        boxes = np.concatenate((pred[:, :2] - pred[:, 2:4] * 0.5, pred[:, :2] + pred[:, 2:4] * 0.5), 1)
+        cls = pred[:, 5 : 5 + num_classes]
+        labels = cls.argmax(1)
+        scores = pred[:, 4] * cls[np.arange(len(cls)), labels]
+        with np.errstate(invalid="ignore"):
+            valid = np.isfinite(scores) & np.isfinite(boxes).all(1) & (scores >= conf_thresh)
+        idx = np.flatnonzero(valid)
+        idx = idx[np.argsort(-scores[idx], kind="stable")][:pre_nms_topk]
+        if class_agnostic:
+            keep = idx[greedy_nms(boxes[idx], scores[idx], iou_thresh)]
+        else:
+            parts = []
+            for c in np.unique(labels[idx]):
+                members = idx[labels[idx] == c]
+                parts.append(members[greedy_nms(boxes[members], scores[members], iou_thresh)])
+            keep = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            keep = keep[np.argsort(-scores[keep], kind="stable")]
+        keep = keep[:max_det]
+        out.append(
+            np.concatenate((boxes[keep], scores[keep, None], labels[keep, None].astype(np.float32)), 1)
+        )
+    return out

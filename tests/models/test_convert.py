@@ -1,0 +1,86 @@
+"""The PyTorch -> MindSpore weight converter (python -m models.convert)."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from models.checkpoint import load_weights
+from models.compare import compare_modules, first_failure
+from models.convert import ConversionError, convert_state_dict, extract_state_dict, main
+from models.reference import build_torch_yolox, calibrate
+from models.yolox import build_model, load_model_config
+from tests.torch_reference import require_yolox
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def torch_nano():
+    require_yolox()
+    return calibrate(build_torch_yolox(load_model_config("yolox_nano"), 3), img_size=128)
+
+
+def test_cli_converts_release_checkpoint(tmp_path, torch_nano, capsys):
+    import torch
+
+    src, dst = tmp_path / "nano.pth", tmp_path / "out" / "nano.ckpt"
+    torch.save({"model": torch_nano.state_dict(), "start_epoch": 300}, src)
+    assert main(["--model", "yolox_nano", "--src", str(src), "--dst", str(dst)]) == 0
+    assert "538 tensors" in capsys.readouterr().out
+    net = build_model(load_model_config("yolox_nano"), 3)  # 3 classes inferred from the head
+    load_weights(net, str(dst))
+    net.set_train(False)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        x = np.random.default_rng(1).uniform(0, 255, (1, 3, 128, 128)).astype(np.float32)
+        assert first_failure(compare_modules(torch_nano, net, x)) is None
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+
+
+def test_bare_and_data_parallel_state_dicts_are_accepted(torch_nano):
+    sd = torch_nano.state_dict()
+    assert extract_state_dict(sd) is sd
+    ddp = {f"module.{k}": v for k, v in sd.items()}
+    assert set(extract_state_dict({"model": ddp})) == set(sd)
+
+
+def test_mismatches_are_named_and_nothing_is_written(tmp_path, torch_nano, capsys):
+    import torch
+
+    sd = dict(torch_nano.state_dict())
+    sd["head.extra_conv.weight"] = torch.zeros(3)
+    sd["head.stems.0.conv.weight"] = torch.zeros(64, 1, 1, 1)
+    del sd["head.obj_preds.2.bias"]
+    src, dst = tmp_path / "bad.pth", tmp_path / "bad.ckpt"
+    torch.save(sd, src)
+    assert main(["--model", "yolox_nano", "--src", str(src), "--dst", str(dst)]) == 1
+    err = capsys.readouterr().err
+    assert "head.extra_conv.weight" in err
+    assert "head.stems.0.conv.weight: (64, 1, 1, 1) vs (64, 64, 1, 1)" in err
+    assert "head.obj_preds.2.bias" in err
+    assert not dst.exists() and not (tmp_path / "bad.partial.ckpt").exists()
+
+
+def test_wrong_architecture_is_refused(torch_nano):
+    net = build_model(load_model_config("yolox_tiny"), 3)
+    expected = {k: tuple(p.shape) for k, p in net.parameters_and_names()}
+    with pytest.raises(ConversionError, match="shape mismatches"):
+        convert_state_dict(torch_nano.state_dict(), expected)
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    require_yolox()
+    import torch
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this must never run",))
+
+    src = tmp_path / "evil.pth"
+    torch.save({"model": {"x": Payload()}}, src)
+    assert (
+        main(["--model", "yolox_nano", "--src", str(src), "--dst", str(tmp_path / "e.ckpt")]) == 1
+    )

@@ -1,0 +1,110 @@
+"""The YOLOX port: sizes, outputs in both modes, initialisation as the original."""
+
+from __future__ import annotations
+
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from models.head import decode_boxes, make_grid, prior_bias
+from models.layers import BN_EPS, BN_MOMENTUM, BaseConv
+from models.yolox import build_model, load_model_config, model_names
+
+# Parameter counts of the PyTorch original at 80 classes (trainable parameters).
+ORIGINAL_PARAMS = {
+    "yolox_nano": 912_159,
+    "yolox_tiny": 5_055_855,
+    "yolox_s": 8_968_255,
+    "yolox_m": 25_326_495,
+    "yolox_l": 54_208_895,
+    "yolox_x": 99_071_455,
+}
+
+
+def test_all_six_sizes_are_configured():
+    assert model_names() == sorted(ORIGINAL_PARAMS)
+
+
+@pytest.mark.parametrize("name", sorted(ORIGINAL_PARAMS))
+def test_parameter_count_equals_original(name):
+    net = build_model(load_model_config(name), 80)
+    assert sum(p.size for p in net.trainable_params()) == ORIGINAL_PARAMS[name]
+
+
+def test_num_classes_from_dataset_or_config():
+    cfg = load_model_config("yolox_nano")
+    assert build_model(cfg, 3).head.cls_preds[0].weight.shape[0] == 3
+    cfg = OmegaConf.merge(cfg, {"num_classes": 7})
+    assert build_model(cfg, 3).head.cls_preds[0].weight.shape[0] == 7
+    with pytest.raises(ValueError, match="num_classes"):
+        build_model(load_model_config("yolox_nano"), None)
+
+
+def test_unknown_model_name_is_reported():
+    with pytest.raises(ValueError, match="yolox_nano"):
+        load_model_config("yolox_q")
+
+
+def test_outputs_in_training_and_inference_mode():
+    net = build_model(load_model_config("yolox_nano"), 3)
+    x = ms.Tensor(np.random.default_rng(0).uniform(0, 255, (2, 3, 128, 160)).astype(np.float32))
+    anchors = 16 * 20 + 8 * 10 + 4 * 5
+    net.set_train(True)
+    raw, grids, strides = net(x)
+    assert (
+        raw.shape == (2, anchors, 8) and grids.shape == (anchors, 2) and strides.shape == (anchors,)
+    )
+    g, s = grids.asnumpy(), strides.asnumpy()
+    # Level 0 (stride 8) grid walks x fastest; the first anchor of level 1 restarts at (0, 0).
+    assert g[:3].tolist() == [[0, 0], [1, 0], [2, 0]] and g[20].tolist() == [0, 1]
+    assert g[320].tolist() == [0, 0] and s[319] == 8 and s[320] == 16 and s[-1] == 32
+    net.set_train(False)
+    dec = net(x).asnumpy()
+    assert dec.shape == (2, anchors, 8)
+    assert (dec[..., 2:4] > 0).all() and ((dec[..., 4:] > 0) & (dec[..., 4:] < 1)).all()
+
+
+def test_decoding_is_yolox_s():
+    """Centre = (raw + grid) * stride, size = exp(raw) * stride."""
+    grids, strides = make_grid(2, 3, 16)
+    assert grids.asnumpy().tolist() == [[0, 0], [1, 0], [2, 0], [0, 1], [1, 1], [2, 1]]
+    raw = np.zeros((1, 6, 4), np.float32)
+    raw[0, 4] = [0.5, -0.25, 0.0, math.log(2.0)]
+    boxes = decode_boxes(ms.Tensor(raw), grids, strides).asnumpy()
+    np.testing.assert_allclose(boxes[0, 4], [24.0, 12.0, 16.0, 32.0], rtol=1e-6)
+    np.testing.assert_allclose(boxes[0, 0], [0.0, 0.0, 16.0, 16.0], rtol=1e-6)
+
+
+def test_initialisation_follows_pytorch_defaults():
+    net = build_model(load_model_config("yolox_s"), 80)
+    params = dict(net.parameters_and_names())
+    # kaiming_uniform(a=sqrt(5)) on a conv: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+    w = params["backbone.backbone.dark3.1.conv3.conv.weight"].asnumpy()
+    bound = 1 / math.sqrt(w.shape[1] * w.shape[2] * w.shape[3])
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.95 * bound
+    assert abs(w.std() - bound / math.sqrt(3)) < 0.05 * bound  # std of a uniform
+    # Prediction biases: the 0.01 prior for classes and objectness, default for boxes.
+    b = -math.log(0.99 / 0.01)
+    assert prior_bias(0.01) == pytest.approx(b)
+    for k in range(3):
+        np.testing.assert_allclose(params[f"head.cls_preds.{k}.bias"].asnumpy(), b, rtol=1e-6)
+        np.testing.assert_allclose(params[f"head.obj_preds.{k}.bias"].asnumpy(), b, rtol=1e-6)
+        reg_b = params[f"head.reg_preds.{k}.bias"].asnumpy()
+        assert 0 < np.abs(reg_b).max() <= 1 / math.sqrt(128)
+
+
+def test_batchnorm_updates_running_stats_like_pytorch_momentum_003():
+    """MindSpore momentum 0.97 == PyTorch momentum 0.03: running = 0.97 running + 0.03 batch."""
+    assert BN_EPS == 1e-3 and BN_MOMENTUM == pytest.approx(0.97)
+    conv = BaseConv(3, 4, 1)
+    conv.set_train(True)
+    x = np.random.default_rng(0).normal(2.0, 1.0, (2, 3, 8, 8)).astype(np.float32)
+    w = conv.conv.weight.asnumpy().reshape(4, 3)
+    batch_mean = np.einsum("oc,bchw->o", w, x) / (2 * 8 * 8)
+    conv(ms.Tensor(x))
+    np.testing.assert_allclose(
+        conv.bn.moving_mean.asnumpy(), 0.03 * batch_mean, rtol=1e-4, atol=1e-6
+    )
