@@ -1,0 +1,83 @@
+"""Optimizer parameter groups and YOLOX's learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from mindspore import nn
+
+
+def split_decay_params(network: nn.Cell) -> tuple[list, list]:
+    """(conv/linear weights, everything else trainable): weight decay applies to the first.
+
+    As YOLOX: BatchNorm weights (gamma) and all biases (conv biases, BN beta) get no decay.
+    """
+    decay, no_decay = [], []
+    for p in network.trainable_params():
+        is_bn = ".bn." in p.name or p.name.endswith((".gamma", ".beta"))
+        if p.name.endswith(".weight") and not is_bn and p.ndim > 1:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return decay, no_decay
+
+
+def yolox_lr_schedule(
+    base_lr: float,
+    steps_per_epoch: int,
+    epochs: int,
+    warmup_epochs: float,
+    no_aug_epochs: int,
+    min_lr_ratio: float = 0.05,
+    warmup_lr: float = 0.0,
+) -> np.ndarray:
+    """Per-step learning rates of YOLOX's ``yoloxwarmcos`` schedule.
+
+    Quadratic warm-up from ``warmup_lr`` over ``warmup_epochs``, cosine down to
+    ``min_lr_ratio * base_lr`` at the start of the no-augmentation epochs, then flat.
+    Step ``i`` uses the rate YOLOX computes for iteration ``i + 1`` (it updates the rate
+    before each step, counting from 1).
+    """
+    total = epochs * steps_per_epoch
+    warm = warmup_epochs * steps_per_epoch
+    no_aug = no_aug_epochs * steps_per_epoch
+    min_lr = base_lr * min_lr_ratio
+    lrs = np.empty(total, dtype=np.float32)
+    for i in range(total):
+        it = i + 1
+        if it <= warm:
+            lr = (base_lr - warmup_lr) * (it / float(warm)) ** 2 + warmup_lr
+        elif it >= total - no_aug:
+            lr = min_lr
+        else:
+            progress = (it - warm) / float(total - warm - no_aug)
+            lr = min_lr + 0.5 * (base_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+        lrs[i] = lr
+    return lrs
+
+
+def scaled_lr(lr_per_img: float, total_batch: int) -> float:
+    """YOLOX scales the learning rate with the total batch: 0.01 per 64 images."""
+    return lr_per_img * total_batch
+
+
+def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.SGD:
+    """SGD with (Nesterov) momentum; weight decay on conv/linear weights only.
+
+    ``cfg`` is the ``train`` config group (momentum, nesterov, weight_decay).
+    """
+    decay, no_decay = split_decay_params(network)
+    groups = [
+        {"params": decay, "weight_decay": float(cfg.weight_decay)},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    lr = list(map(float, lrs)) if isinstance(lrs, np.ndarray) else float(lrs)
+    return nn.SGD(
+        groups,
+        learning_rate=lr,
+        momentum=float(cfg.momentum),
+        nesterov=bool(cfg.nesterov),
+        weight_decay=0.0,
+    )

@@ -1,0 +1,117 @@
+"""One training step of msdet equals one step of the PyTorch original (YOLOX 0.3.0).
+
+Same converted weights, same batch (targets included): loss components and foreground
+count from the full network in train mode, then one SGD step (Nesterov momentum 0.9,
+weight decay on conv weights only, as YOLOX's parameter groups). After the step every
+weight and BatchNorm statistic is within 1e-4 of the original's, except where float32
+rounding itself is larger: the stem conv sees 0-255 pixels and moves by ~0.6 in one step,
+and there PyTorch float32 already differs from PyTorch float64 by ~1.2e-4. So weights are
+compared with the original run in float64, allowing 3x PyTorch's own float32 error.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mindspore as ms
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from engine.optim import build_optimizer
+from engine.train_step import TrainStep
+from models.convert import convert_state_dict, mindspore_name
+from models.loss import DetectorWithLoss, YOLOXLoss
+from models.reference import build_torch_yolox
+from models.yolox import build_model, load_model_config
+from tests.loss_cases import random_targets
+from tests.torch_reference import require_yolox
+
+pytestmark = pytest.mark.torch
+
+IMG, C, M, LR = 128, 3, 30, 0.01
+TRAIN_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
+
+
+def yolox_sgd(model):
+    """YOLOX's optimizer: BN weights (no decay), other weights (decay), biases (no decay)."""
+    import torch
+    from torch import nn
+
+    pg0, pg1, pg2 = [], [], []
+    for k, v in model.named_modules():
+        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
+            pg2.append(v.bias)
+        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
+            pg0.append(v.weight)
+        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
+            pg1.append(v.weight)
+    opt = torch.optim.SGD(pg0, lr=LR, momentum=0.9, nesterov=True)
+    opt.add_param_group({"params": pg1, "weight_decay": 5e-4})
+    opt.add_param_group({"params": pg2})
+    return opt
+
+
+@pytest.mark.parametrize("counts", [[2, 0, 5, 9], [20, 1, 0, 14]], ids=["mixed", "crowded"])
+def test_one_sgd_step_matches_pytorch(counts):
+    require_yolox()
+    import torch
+
+    cfg = load_model_config("yolox_nano")
+    pt = build_torch_yolox(cfg, C, seed=len(counts) + counts[0])
+    net = build_model(cfg, C)
+    expected = {k: tuple(p.shape) for k, p in net.parameters_and_names()}
+    ms.load_param_into_net(
+        net,
+        {
+            k: ms.Parameter(ms.Tensor(v), k)
+            for k, v in convert_state_dict(pt.state_dict(), expected).items()
+        },
+    )
+    rng = np.random.default_rng(counts[0])
+    images = rng.uniform(0, 255, (len(counts), 3, IMG, IMG)).astype(np.float32)
+    targets, mask = random_targets(rng, counts, IMG, C, M)
+
+    # PyTorch: forward in train mode computes the loss; backward; one SGD step. Also in
+    # float64, the rounding-free reference for the updated weights.
+    pt64 = copy.deepcopy(pt).double()
+    for model, dtype in ((pt, torch.float32), (pt64, torch.float64)):
+        model.train()
+        opt = yolox_sgd(model)
+        res = model(
+            torch.from_numpy(images).to(dtype),
+            torch.from_numpy(targets * mask[..., None]).to(dtype),
+        )
+        opt.zero_grad()
+        res["total_loss"].backward()
+        opt.step()
+        if model is pt:
+            out = {k: float(v) for k, v in res.items()}
+
+    net.set_train(True)
+    step = TrainStep(DetectorWithLoss(net, YOLOXLoss(C)), build_optimizer(net, LR, TRAIN_CFG))
+    res = step(ms.Tensor(images), ms.Tensor(targets), ms.Tensor(mask))
+    total, iou, obj, cls, l1, num_fg = (float(r.asnumpy()) for r in res[:6])
+
+    ref = {k: out[k] for k in ("total_loss", "iou_loss", "conf_loss", "cls_loss")}
+    ours = {"total_loss": total, "iou_loss": iou, "conf_loss": obj, "cls_loss": cls}
+    print(f"\nmsdet {ours} num_fg={num_fg}\nyolox {ref} fg/gt={float(out['num_fg'])}")
+    for k, v in ref.items():
+        assert ours[k] == pytest.approx(v, rel=1e-3), k
+    assert l1 == 0.0
+    assert round(float(out["num_fg"]) * max(sum(counts), 1)) == num_fg
+
+    ref32 = {mindspore_name(k): v.numpy() for k, v in pt.state_dict().items()}
+    ref64 = {mindspore_name(k): v.numpy() for k, v in pt64.state_dict().items()}
+    ours_err = {
+        n: float(np.abs(p.asnumpy() - ref64[n]).max()) for n, p in net.parameters_and_names()
+    }
+    torch_err = {n: float(np.abs(ref32[n] - ref64[n]).max()) for n in ours_err}
+    worst = max(ours_err, key=ours_err.get)
+    print(
+        f"largest difference to float64: {worst} msdet {ours_err[worst]:.2e}, "
+        f"PyTorch float32 {torch_err[worst]:.2e}"
+    )
+    for name, err in ours_err.items():
+        assert err < max(1e-4, 3 * torch_err[name]), name
+    assert np.median(list(ours_err.values())) < 1e-6

@@ -1,0 +1,104 @@
+"""The YOLOX loss: meaning of its terms, and parity with YOLOX 0.3.0 ``get_losses``."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from models.loss import YOLOXLoss
+from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
+from tests.torch_reference import require_yolox
+
+IMG, C, M = 128, 4, 40
+COMPONENTS = ("total", "iou", "obj", "cls", "l1")
+
+
+def run_msdet(raw, grids, strides, targets, mask, use_l1, rule="yolox-0.3.0"):
+    loss = YOLOXLoss(C, assigner_rule=rule)
+    loss.use_l1.set_data(ms.Tensor(float(use_l1), ms.float32))
+    out = loss(*(ms.Tensor(a) for a in (raw, grids, strides, targets, mask)))
+    return {k: float(v.asnumpy()) for k, v in zip(COMPONENTS + ("num_fg",), out)}
+
+
+def run_yolox(raw, grids, strides, targets, mask, use_l1):
+    """YOLOX 0.3.0's get_losses on the same raw outputs (its decoding reproduced here)."""
+    require_yolox()
+    import torch
+    from yolox.models import YOLOXHead
+
+    head = YOLOXHead(C, width=0.25)
+    head.use_l1 = bool(use_l1)
+    raw_t = torch.from_numpy(raw)
+    grid_t, stride_t = torch.from_numpy(grids), torch.from_numpy(strides)
+    outputs = raw_t.clone()
+    outputs[..., :2] = (raw_t[..., :2] + grid_t) * stride_t[:, None]
+    outputs[..., 2:4] = torch.exp(raw_t[..., 2:4]) * stride_t[:, None]
+    labels = torch.from_numpy(targets * mask[..., None])
+    with torch.no_grad():
+        loss, iou, obj, cls, l1, fg_ratio = head.get_losses(
+            None,
+            [grid_t[None, :, 0]],
+            [grid_t[None, :, 1]],
+            [stride_t[None]],
+            labels,
+            outputs,
+            [raw_t[..., :4]],
+            dtype=torch.float32,
+        )
+    num_gts = max(float(mask.sum()), 1.0)
+    vals = {"total": loss, "iou": iou, "obj": obj, "cls": cls, "l1": l1}
+    out = {k: float(v) for k, v in vals.items()}
+    out["num_fg"] = round(float(fg_ratio) * num_gts)
+    return out
+
+
+def test_images_without_objects_have_only_objectness_loss():
+    rng = np.random.default_rng(0)
+    grids, strides = anchor_grid(IMG)
+    raw = random_raw_outputs(rng, 2, len(strides), C)
+    targets, mask = random_targets(rng, [0, 0], IMG, C, M)
+    out = run_msdet(raw, grids, strides, targets, mask, use_l1=True)
+    assert out["iou"] == 0.0 and out["cls"] == 0.0 and out["l1"] == 0.0 and out["num_fg"] == 0
+    assert out["obj"] > 0 and out["total"] == pytest.approx(out["obj"])
+    # With no foreground the normaliser is 1: objectness BCE summed over all anchors.
+    logits = raw[..., 4].astype(np.float64)
+    expected = np.sum(np.maximum(logits, 0) + np.log1p(np.exp(-np.abs(logits))))
+    assert out["obj"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_l1_term_only_when_switched_on():
+    rng = np.random.default_rng(1)
+    grids, strides = anchor_grid(IMG)
+    raw = random_raw_outputs(rng, 2, len(strides), C)
+    targets, mask = random_targets(rng, [3, 5], IMG, C, M)
+    off = run_msdet(raw, grids, strides, targets, mask, use_l1=False)
+    on = run_msdet(raw, grids, strides, targets, mask, use_l1=True)
+    assert off["l1"] == 0.0 and on["l1"] > 0
+    assert on["total"] == pytest.approx(off["total"] + on["l1"], rel=1e-6)
+    assert on["num_fg"] == off["num_fg"] > 0
+
+
+CASES = {
+    "mixed": [3, 7, 1, 12],
+    "with_empty_images": [0, 4, 0, 2],
+    "crowded": [30, 40, 25, 35],
+    "single_object": [1, 1, 1, 1],
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("use_l1", [False, True])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_loss_matches_yolox_0_3_0(case, use_l1):
+    rng = np.random.default_rng(sorted(CASES).index(case))
+    grids, strides = anchor_grid(IMG)
+    counts = CASES[case]
+    raw = random_raw_outputs(rng, len(counts), len(strides), C)
+    targets, mask = random_targets(rng, counts, IMG, C, M)
+    ours = run_msdet(raw, grids, strides, targets, mask, use_l1)
+    ref = run_yolox(raw, grids, strides, targets, mask, use_l1)
+    print(f"\n{case} l1={use_l1}: msdet {ours}\n  yolox {ref}")
+    assert ours["num_fg"] == ref["num_fg"] > 0
+    for k in COMPONENTS:
+        assert ours[k] == pytest.approx(ref[k], rel=1e-4, abs=1e-6), k
