@@ -116,7 +116,11 @@ class CocoSource:
                 self._size_warned.add(info["id"])
                 log.warning(
                     "%s is %dx%d but annotated as %dx%d; scaling its boxes to the pixels",
-                    self.image_path(i), w, h, info["width"], info["height"],
+                    self.image_path(i),
+                    w,
+                    h,
+                    info["width"],
+                    info["height"],
                 )
             # Boxes are in the annotated size; keep them aligned with the pixels we have.
             sx, sy = w / info["width"], h / info["height"]
@@ -155,7 +159,9 @@ def _check_top_level(dataset: Any, ann_file: str) -> None:
         raise ValueError(f"{ann_file}: no categories")
     for cat in dataset["categories"]:
         if not isinstance(cat, dict) or not isinstance(cat.get("id"), int) or "name" not in cat:
-            raise ValueError(f"{ann_file}: category entry needs an integer 'id' and a 'name': {cat}")
+            raise ValueError(
+                f"{ann_file}: category entry needs an integer 'id' and a 'name': {cat}"
+            )
     for img in dataset["images"]:
         ok = isinstance(img, dict) and isinstance(img.get("id"), int)
         ok = ok and isinstance(img.get("file_name"), str)

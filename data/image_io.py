@@ -102,12 +102,13 @@ def to_bgr_uint8(img: np.ndarray) -> np.ndarray:
 class UnreadableImageStats:
     """Counts of unreadable images met per epoch, shared with data worker processes.
 
-    The training pipeline replaces an image that fails to load and records it here; the
-    engine reports ``take_epoch_count(epoch)`` at the end of each epoch. The counters live
-    in shared memory created here, so worker *threads* and worker *processes started by
-    fork* (MindSpore's default) update the same numbers. Under the ``spawn`` start method
-    the workers receive pickled copies whose counts the main process cannot see.
-    Increments are locked, counts are exact.
+    The training pipeline replaces an image that fails to load, counts it here once per
+    epoch (when it is the sample's own image, not a mosaic or mixup partner), and warns
+    once per file; the engine reports ``take_epoch_count(epoch)`` at the end of an epoch.
+    The counters live in shared memory created here, so worker *threads* and worker
+    *processes started by fork* (MindSpore's default) update the same numbers. Under the
+    ``spawn`` start method workers receive pickled copies whose counts the main process
+    cannot see (and each process warns once per file on its own).
     """
 
     # Epochs are counted modulo this many slots; a slot is cleared when it is taken.
@@ -115,28 +116,26 @@ class UnreadableImageStats:
 
     def __init__(self) -> None:
         self._counts = multiprocessing.Array("q", self.SLOTS)  # int64, with a lock
+        self._local = [0] * self.SLOTS  # used instead in a pickled copy
         self._warned: set[str] = set()
 
     def __getstate__(self) -> dict:
-        # A shared Array can only be inherited, not pickled: a pickled copy (spawn
-        # workers) counts privately.
+        # A shared Array can only be inherited, not pickled: a pickled copy counts privately.
         state = self.__dict__.copy()
         state["_counts"] = None
-        state["_local"] = [0] * self.SLOTS
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
-    def record(self, epoch: int, path: str) -> bool:
-        """Count one unreadable image in ``epoch``; True if ``path`` is new to this process
-        (the caller warns once per file)."""
+    def count(self, epoch: int) -> None:
+        """Count one unreadable image in ``epoch``."""
         slot = epoch % self.SLOTS
         if self._counts is None:
             self._local[slot] += 1
-        else:
-            with self._counts.get_lock():
-                self._counts[slot] += 1
+            return
+        with self._counts.get_lock():
+            self._counts[slot] += 1
+
+    def first_failure(self, path: str) -> bool:
+        """True the first time ``path`` fails in this process: the caller warns then."""
         new = path not in self._warned
         self._warned.add(path)
         return new

@@ -1,0 +1,44 @@
+"""Turn the ``data`` config group into the train and val :class:`CocoSource` pair."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from data.coco import CocoSource
+from data.synthetic import ensure_shapes_dataset, shapes_root
+
+
+def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
+    """The (train, val) sources of ``data_cfg``.
+
+    ``data.name == "shapes"``: the built-in synthetic set, generated on first use into
+    ``data.root`` or, when that is null, ``<data.cache_dir>/shapes-<seed>-<train>-<val>``.
+    Any other name is a COCO-format dataset under ``data.root`` with
+    ``data.{train,val}.{ann_file,img_dir}`` relative to it. A missing annotation file or
+    image folder raises ``FileNotFoundError`` naming the path.
+    """
+    if data_cfg.name == "shapes":
+        root = data_cfg.root or shapes_root(
+            str(data_cfg.cache_dir),
+            int(data_cfg.seed),
+            int(data_cfg.num_train),
+            int(data_cfg.num_val),
+        )
+        root = ensure_shapes_dataset(
+            root, int(data_cfg.num_train), int(data_cfg.num_val), int(data_cfg.seed)
+        )
+    else:
+        if not data_cfg.root:
+            raise ValueError(f"data.root must be set for dataset {data_cfg.name!r}")
+        root = os.path.abspath(str(data_cfg.root))
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"dataset root not found: {root} (data.root)")
+    train = CocoSource(root, data_cfg.train.ann_file, data_cfg.train.img_dir)
+    val = CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+    if train.category_ids != val.category_ids:
+        raise ValueError(
+            f"train and val have different categories: {train.ann_file} has ids "
+            f"{train.category_ids}, {val.ann_file} has {val.category_ids}"
+        )
+    return train, val
