@@ -10,26 +10,33 @@ import mindspore as ms
 from mindspore import ops
 
 
-def cxcywh_to_xyxy(boxes: ms.Tensor) -> ms.Tensor:
-    """(cx, cy, w, h) -> (x1, y1, x2, y2) on the last axis."""
-    half = boxes[..., 2:4] * 0.5
-    return ops.concat((boxes[..., :2] - half, boxes[..., :2] + half), -1)
-
-
 def pairwise_iou_cxcywh(a: ms.Tensor, b: ms.Tensor) -> ms.Tensor:
-    """IoU of every box in ``a`` [..., M, 4] with every box in ``b`` [..., N, 4] -> [..., M, N].
+    """IoU of every box in ``a`` [B, M, 4] with every box in ``b`` [B, N, 4] -> [B, M, N].
 
-    No epsilon in the denominator, as YOLOX's ``bboxes_iou``; callers keep areas positive.
+    YOLOX's ``bboxes_iou(xyxy=False)`` arithmetic. Both operands are materialised with
+    ``tile`` (fast) rather than ``broadcast_to`` (~6x slower) or implicit broadcasting
+    (MindSpore's broadcasting maximum/minimum is ~20x slower than element-wise on CPU).
     """
-    a = a.expand_dims(-2)  # [..., M, 1, 4]
-    b = b.expand_dims(-3)  # [..., 1, N, 4]
-    tl = ops.maximum(a[..., :2] - a[..., 2:] * 0.5, b[..., :2] - b[..., 2:] * 0.5)
-    br = ops.minimum(a[..., :2] + a[..., 2:] * 0.5, b[..., :2] + b[..., 2:] * 0.5)
-    wh = ops.relu(br - tl)  # zero where the boxes do not overlap, as (tl < br) * ...
-    inter = wh[..., 0] * wh[..., 1]
-    area_a = a[..., 2] * a[..., 3]
-    area_b = b[..., 2] * b[..., 3]
-    return inter / (area_a + area_b - inter)
+    m, n = a.shape[1], b.shape[1]
+    a1 = a[..., :2] - a[..., 2:4] * 0.5  # [B, M, 2]
+    a2 = a[..., :2] + a[..., 2:4] * 0.5
+    b1 = b[..., :2] - b[..., 2:4] * 0.5  # [B, N, 2]
+    b2 = b[..., :2] + b[..., 2:4] * 0.5
+    sides = []
+    for k in range(2):
+        tl = ops.maximum(
+            ops.tile(a1[..., k : k + 1], (1, 1, n)), ops.tile(b1[..., k].expand_dims(1), (1, m, 1))
+        )
+        br = ops.minimum(
+            ops.tile(a2[..., k : k + 1], (1, 1, n)), ops.tile(b2[..., k].expand_dims(1), (1, m, 1))
+        )
+        sides.append(ops.relu(br - tl))  # = (br - tl) * (tl < br), as YOLOX
+    inter = sides[0] * sides[1]
+    area_a = (a[..., 2] * a[..., 3]).expand_dims(-1)  # [B, M, 1]
+    area_b = (b[..., 2] * b[..., 3]).expand_dims(1)  # [B, 1, N]
+    # YOLOX has no epsilon here; 1e-30 is below float32 resolution for any real box and
+    # only turns 0/0 (a zero-size padding box against a vanished prediction) into 0.
+    return inter / (area_a + area_b - inter + 1e-30)
 
 
 def aligned_iou_cxcywh(a: ms.Tensor, b: ms.Tensor, eps: float = 1e-16) -> ms.Tensor:

@@ -21,6 +21,7 @@ ASCEND_MAX_NMS_BOXES = 2864
 # Fill score for candidates that fail the threshold or are not finite: below any valid
 # score, because valid scores are products of probabilities and thresholds are >= 0.
 INVALID_SCORE = -1.0
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class BatchedNMS(nn.Cell):
@@ -79,7 +80,11 @@ class BatchedNMS(nn.Cell):
         labels, class_prob = self.best_class(preds[:, :, 5 : 5 + self.num_classes])
         scores = preds[:, :, 4] * class_prob
 
-        finite = ops.logical_and(ops.isfinite(scores), ops.isfinite(boxes).all(-1))
+        # An anchor with any NaN/inf in its row is never kept, as in YOLOX where torch.max
+        # propagates NaN; ArgMaxWithValue skips a NaN class probability unless it comes first.
+        # NaN and inf propagate through the sum; written out because MindSpore cannot export
+        # IsFinite or ReduceAll to ONNX.
+        finite = ops.abs(preds[:, :, : 5 + self.num_classes].sum(-1)) <= FLOAT32_MAX
         valid = ops.logical_and(finite, scores >= self.conf_thresh)
         masked = ops.where(valid, scores, ops.full_like(scores, INVALID_SCORE))
         # Ascend's NMSWithMask ignores the score column, so the input must be pre-sorted.
@@ -98,7 +103,7 @@ class BatchedNMS(nn.Cell):
             # the regions apart also for boxes that stick out left/above the image (x < -1),
             # where torchvision's class * (max + 1) can overlap; with non-negative
             # coordinates lo is 0 and the offsets are exactly torchvision's.
-            lo = ops.minimum(cand_boxes.min(axis=(1, 2), keepdims=True), 0.0)
+            lo = ops.minimum(-(-cand_boxes).max(axis=(1, 2), keepdims=True), 0.0)
             hi = ops.maximum(cand_boxes.max(axis=(1, 2), keepdims=True), 0.0)
             span = hi - lo + 1.0
             nms_boxes = cand_boxes - lo + cand_labels.expand_dims(-1) * span
@@ -107,11 +112,11 @@ class BatchedNMS(nn.Cell):
         # which sort by score (unstable for ties), return the mask in our order, as Ascend.
         rank = ops.arange(k, 0, -1).astype(ms.float32)
         rank_col = rank.reshape(k, 1)
-        kept = []
+        masks = ()  # a tuple, not a list: ONNX export has no make_list
         for i in range(batch):
             _, _, mask = self.nms(ops.concat((nms_boxes[i], rank_col), -1))
-            kept.append(mask)
-        kept = ops.logical_and(ops.stack(kept), cand_valid)
+            masks = masks + (mask,)
+        kept = ops.logical_and(ops.stack(masks), cand_valid)
 
         # Kept candidates keep their score order: pick the m highest ranks among them.
         order_key = ops.where(kept, ops.broadcast_to(rank, kept.shape), ops.zeros_like(top_scores))
@@ -195,7 +200,7 @@ def postprocess_numpy(
         labels = cls.argmax(1)
         scores = pred[:, 4] * cls[np.arange(len(cls)), labels]
         with np.errstate(invalid="ignore"):
-            valid = np.isfinite(scores) & np.isfinite(boxes).all(1) & (scores >= conf_thresh)
+            valid = np.isfinite(pred[:, : 5 + num_classes]).all(1) & (scores >= conf_thresh)
         idx = np.flatnonzero(valid)
         idx = idx[np.argsort(-scores[idx], kind="stable")][:pre_nms_topk]
         if class_agnostic:

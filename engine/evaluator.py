@@ -1,0 +1,278 @@
+"""COCO bbox evaluation of msdet detections with pycocotools.
+
+Detections arrive as :class:`ops.nms.BatchedNMS` produces them, in letterboxed input pixels
+(``dets [B, max_det, 6]``: x1, y1, x2, y2, score, class index; ``counts [B]``). Boxes are
+mapped back to the original image (the letterbox puts the image at the top-left, scaled by
+``scale``, as YOLOX), clipped to it, converted to COCO ``[x, y, w, h]`` and labelled with
+the dataset's category ids, which may be non-contiguous (COCO's 1..90 with gaps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+DETECTIONS_FILE = "detections.json"
+METRICS_FILE = "metrics.json"
+# COCOeval.stats positions of the AP values msdet reports.
+AP_KEYS = ("mAP", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large")
+SPEED_STAGES = ("preprocess", "inference", "nms")
+
+
+class SpeedMeter:
+    """Wall time per stage (pre-process, inference, NMS), reported in ms per image.
+
+    Stop a stage's clock only after its outputs are on the host (``.asnumpy()``): device
+    execution is asynchronous. Call :meth:`reset` after a warm-up batch so that graph
+    compilation does not count.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all timings and images."""
+        self.seconds = dict.fromkeys(SPEED_STAGES, 0.0)
+        self.images = 0
+
+    @contextlib.contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        """Add the time spent in the ``with`` block to ``stage``."""
+        if stage not in self.seconds:
+            raise ValueError(f"unknown stage {stage!r}; use one of {SPEED_STAGES}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - start
+
+    def add_images(self, n: int) -> None:
+        """Count ``n`` more images towards the per-image averages."""
+        self.images += int(n)
+
+    def ms_per_image(self) -> dict[str, float]:
+        """Milliseconds per image for each stage (0 before any image was counted)."""
+        n = max(self.images, 1)
+        return {stage: 1000.0 * s / n for stage, s in self.seconds.items()}
+
+
+def format_speed(ms_per_image: Mapping[str, float]) -> str:
+    """One line: ``Speed: 1.2 ms pre-process, 20.5 ms inference, 3.1 ms NMS per image``."""
+    names = {"preprocess": "pre-process", "inference": "inference", "nms": "NMS"}
+    parts = [f"{ms_per_image[k]:.1f} ms {names[k]}" for k in SPEED_STAGES if k in ms_per_image]
+    return "Speed: " + ", ".join(parts) + " per image"
+
+
+def detections_to_original(
+    dets: np.ndarray, count: int, scale: float, orig_hw: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One image's detections in original-image pixels.
+
+    Returns COCO boxes ``[n, 4]`` (x, y, w, h; the letterbox undone, clipped to the image),
+    scores ``[n]`` and class indices ``[n]`` (int64).
+    """
+    dets = np.asarray(dets, dtype=np.float32)[: int(count)]
+    h, w = float(orig_hw[0]), float(orig_hw[1])
+    xyxy = dets[:, :4] / float(scale)
+    xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0.0, w)
+    xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0.0, h)
+    xywh = np.concatenate((xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]), 1)
+    return xywh, dets[:, 4], dets[:, 5].astype(np.int64)
+
+
+def prediction_records(
+    dets: np.ndarray,
+    count: int,
+    scale: float,
+    orig_hw: Sequence[int],
+    category_ids: Sequence[int],
+    class_names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """One image's detections as records ``{bbox [x, y, w, h], score, category_id, category_name}``.
+
+    ``bbox`` is in original-image pixels; ``category_ids[label]`` and ``class_names[label]``
+    name training class ``label``.
+    """
+    boxes, scores, labels = detections_to_original(dets, count, scale, orig_hw)
+    return [
+        {
+            "bbox": [round(float(v), 2) for v in box],
+            "score": round(float(score), 5),
+            "category_id": int(category_ids[label]),
+            "category_name": str(class_names[label]),
+        }
+        for box, score, label in zip(boxes, scores, labels)
+    ]
+
+
+class CocoEvaluator:
+    """Collects detections batch by batch and evaluates them against COCO ground truth.
+
+    Args:
+        coco_gt: the split's ground truth (pycocotools ``COCO``).
+        category_ids: ``category_ids[label]`` is the dataset category id of training class
+            ``label`` (e.g. ``data.coco.CocoSource.category_ids``).
+        class_names: names per training class for the per-class table; default: the
+            category names in ``coco_gt``.
+        out_dir: where ``detections.json`` and ``metrics.json`` are written.
+    """
+
+    def __init__(
+        self,
+        coco_gt: COCO,
+        category_ids: Sequence[int],
+        class_names: Sequence[str] | None = None,
+        out_dir: str = ".",
+    ):
+        unknown = [c for c in category_ids if c not in coco_gt.cats]
+        if unknown:
+            raise ValueError(
+                f"category ids {unknown} are not in the ground truth (it has "
+                f"{sorted(coco_gt.cats)}); the model's classes do not match this dataset"
+            )
+        if len(set(category_ids)) != len(category_ids):
+            raise ValueError(f"category ids must be unique, got {list(category_ids)}")
+        if class_names is None:
+            class_names = [coco_gt.cats[c]["name"] for c in category_ids]
+        if len(class_names) != len(category_ids):
+            raise ValueError(
+                f"{len(class_names)} class names for {len(category_ids)} category ids"
+            )
+        self.coco_gt = coco_gt
+        self.category_ids = [int(c) for c in category_ids]
+        self.class_names = [str(n) for n in class_names]
+        self.out_dir = out_dir
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop the collected detections (e.g. before the next epoch's evaluation)."""
+        self.results: list[dict[str, Any]] = []
+        self.image_ids: list[int] = []
+
+    def update(
+        self,
+        dets: np.ndarray,
+        counts: np.ndarray,
+        image_ids: Sequence[int],
+        scales: np.ndarray,
+        orig_sizes: np.ndarray,
+    ) -> None:
+        """Add one batch: ``dets [B, max_det, 6]``, ``counts [B]``, COCO image ids ``[B]``,
+        letterbox scales ``[B]`` and original sizes ``[B, 2]`` (h, w).
+
+        Images without detections count too: they are evaluated (missed objects lower AP).
+        """
+        dets = np.asarray(dets)
+        counts = np.asarray(counts).reshape(-1)
+        scales = np.asarray(scales, dtype=np.float64).reshape(-1)
+        orig_sizes = np.asarray(orig_sizes).reshape(-1, 2)
+        if not len(dets) == len(counts) == len(image_ids) == len(scales) == len(orig_sizes):
+            raise ValueError(
+                f"batch sizes differ: dets {len(dets)}, counts {len(counts)}, image_ids "
+                f"{len(image_ids)}, scales {len(scales)}, orig_sizes {len(orig_sizes)}"
+            )
+        for i, img_id in enumerate(image_ids):
+            self.image_ids.append(int(img_id))
+            records = prediction_records(
+                dets[i], counts[i], scales[i], orig_sizes[i], self.category_ids, self.class_names
+            )
+            for rec in records:  # COCO results format: no name, but the image id
+                del rec["category_name"]
+                rec["image_id"] = int(img_id)
+            self.results.extend(records)
+
+    def evaluate(self, speed: Mapping[str, float] | SpeedMeter | None = None) -> dict[str, Any]:
+        """Write ``detections.json``, run COCOeval (bbox), print the summary, write ``metrics.json``.
+
+        ``speed``: ms per image per stage (or a :class:`SpeedMeter`) for the speed line.
+        Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,
+        ``mAP_medium``, ``mAP_large``, ``per_class`` ({name: AP}), ``images``,
+        ``detections`` (and ``speed_ms`` when given). APs are fractions in [0, 1]; -1 means
+        the evaluated images hold no ground truth of that kind (COCO's convention).
+        """
+        if not self.image_ids:
+            raise RuntimeError("CocoEvaluator.evaluate: no images were added with update()")
+        os.makedirs(self.out_dir, exist_ok=True)
+        det_path = os.path.join(self.out_dir, DETECTIONS_FILE)
+        with open(det_path, "w", encoding="utf-8") as f:
+            json.dump(self.results, f)
+
+        coco_eval = self._run_cocoeval(det_path)
+        summary = io.StringIO()
+        with contextlib.redirect_stdout(summary):
+            coco_eval.summarize()
+        per_class = dict(zip(self.class_names, per_class_ap(coco_eval, self.category_ids)))
+
+        metrics: dict[str, Any] = {k: float(v) for k, v in zip(AP_KEYS, coco_eval.stats[:6])}
+        metrics["per_class"] = per_class
+        metrics["images"] = len(set(self.image_ids))
+        metrics["detections"] = len(self.results)
+        lines = [summary.getvalue().rstrip(), "Per-class AP (IoU 0.50:0.95):", format_ap_table(per_class)]
+        if speed is not None:
+            ms = speed.ms_per_image() if isinstance(speed, SpeedMeter) else dict(speed)
+            metrics["speed_ms"] = ms
+            lines.append(format_speed(ms))
+        if not self.results:
+            lines.insert(0, "No detections: AP is 0 wherever there is ground truth.")
+        print("\n".join(lines))
+
+        with open(os.path.join(self.out_dir, METRICS_FILE), "w", encoding="utf-8") as f:
+            json.dump(metrics, f, indent=2)
+        return metrics
+
+    def _run_cocoeval(self, det_path: str) -> COCOeval:
+        # loadRes cannot take an empty list; an empty result set evaluates to AP 0.
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+            if self.results:
+                coco_dt = self.coco_gt.loadRes(det_path)
+            else:
+                coco_dt = COCO()
+                coco_dt.dataset = {
+                    "images": copy.deepcopy(self.coco_gt.dataset.get("images", [])),
+                    "categories": copy.deepcopy(self.coco_gt.dataset.get("categories", [])),
+                    "annotations": [],
+                }
+                coco_dt.createIndex()
+            coco_eval = COCOeval(self.coco_gt, coco_dt, "bbox")
+            # Only what was evaluated: a partial pass (e.g. a quick eval during training)
+            # must not count the skipped images' objects as misses.
+            coco_eval.params.imgIds = sorted(set(self.image_ids))
+            coco_eval.params.catIds = self.category_ids
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+        return coco_eval
+
+
+def per_class_ap(coco_eval: COCOeval, category_ids: Sequence[int]) -> list[float]:
+    """AP (IoU 0.50:0.95, all areas, 100 detections) per category, in ``category_ids`` order.
+
+    -1 for a category without ground truth in the evaluated images.
+    """
+    precision = coco_eval.eval["precision"]  # [IoU, recall, category, area, max dets]
+    position = {c: k for k, c in enumerate(coco_eval.params.catIds)}
+    aps = []
+    for cat_id in category_ids:
+        p = precision[:, :, position[cat_id], 0, -1]
+        p = p[p > -1]
+        aps.append(float(p.mean()) if p.size else -1.0)
+    return aps
+
+
+def format_ap_table(per_class: Mapping[str, float], columns: int = 3) -> str:
+    """A plain text table of ``name AP`` pairs, ``columns`` pairs per row."""
+    if not per_class:
+        return "(no classes)"
+    width = max(len(name) for name in per_class)
+    cells = [f"{name:<{width}}  {ap:6.3f}" for name, ap in per_class.items()]
+    rows = [" | ".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
+    return "\n".join(rows)
