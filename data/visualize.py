@@ -31,16 +31,21 @@ def class_colour(label: int) -> tuple[int, int, int]:
 
 
 def draw_boxes(
-    img: np.ndarray, boxes: np.ndarray, labels: np.ndarray, class_names: Sequence[str]
+    img: np.ndarray,
+    boxes: np.ndarray,
+    labels: np.ndarray,
+    class_names: Sequence[str],
+    scores: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A copy of ``img`` with xyxy ``boxes`` outlined and labelled by class name."""
+    """A copy of ``img`` with xyxy ``boxes`` outlined and labelled by class name (and score)."""
     out = img.copy()
-    for (x1, y1, x2, y2), label in zip(boxes, labels):
+    for k, ((x1, y1, x2, y2), label) in enumerate(zip(boxes, labels)):
         colour = class_colour(int(label))
         p1, p2 = (int(round(x1)), int(round(y1))), (int(round(x2)) - 1, int(round(y2)) - 1)
         cv2.rectangle(out, p1, p2, colour, 1)
+        text = class_names[int(label)] + ("" if scores is None else f" {float(scores[k]):.2f}")
         cv2.putText(
-            out, class_names[int(label)], (p1[0], max(p1[1] - 3, 9)),
+            out, text, (p1[0], max(p1[1] - 3, 9)),
             cv2.FONT_HERSHEY_SIMPLEX, 0.35, colour, 1, cv2.LINE_AA,
         )  # fmt: skip
     return out

@@ -145,9 +145,7 @@ class CocoEvaluator:
         if class_names is None:
             class_names = [coco_gt.cats[c]["name"] for c in category_ids]
         if len(class_names) != len(category_ids):
-            raise ValueError(
-                f"{len(class_names)} class names for {len(category_ids)} category ids"
-            )
+            raise ValueError(f"{len(class_names)} class names for {len(category_ids)} category ids")
         self.coco_gt = coco_gt
         self.category_ids = [int(c) for c in category_ids]
         self.class_names = [str(n) for n in class_names]
@@ -217,7 +215,11 @@ class CocoEvaluator:
         metrics["per_class"] = per_class
         metrics["images"] = len(set(self.image_ids))
         metrics["detections"] = len(self.results)
-        lines = [summary.getvalue().rstrip(), "Per-class AP (IoU 0.50:0.95):", format_ap_table(per_class)]
+        lines = [
+            summary.getvalue().rstrip(),
+            "Per-class AP (IoU 0.50:0.95):",
+            format_ap_table(per_class),
+        ]
         if speed is not None:
             ms = speed.ms_per_image() if isinstance(speed, SpeedMeter) else dict(speed)
             metrics["speed_ms"] = ms
@@ -276,3 +278,56 @@ def format_ap_table(per_class: Mapping[str, float], columns: int = 3) -> str:
     cells = [f"{name:<{width}}  {ap:6.3f}" for name, ap in per_class.items()]
     rows = [" | ".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
     return "\n".join(rows)
+
+
+def evaluate_on_dataset(
+    detector: Any,
+    nms: Any,
+    dataset: Any,
+    source: Any,
+    out_dir: str,
+    keep_images: int = 0,
+) -> tuple[dict[str, Any], list[tuple[int, np.ndarray, int, float]]]:
+    """Run ``detector`` (decoded predictions) and ``nms`` over an eval dataset and score it.
+
+    ``dataset`` yields ``(images, index, scale)`` batches (``data.pipeline.build_eval_dataset``);
+    ``source`` is its :class:`data.coco.CocoSource`. The first batch is a warm-up for the
+    speed line (graph compilation must not count). Returns the metrics (see
+    :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
+    ``(source index, dets, count, scale)`` for drawing.
+    """
+    import mindspore as ms  # the evaluator's numpy parts stay importable without it
+
+    evaluator = CocoEvaluator(source.coco, source.category_ids, source.class_names, out_dir)
+    speed = SpeedMeter()
+    kept: list[tuple[int, np.ndarray, int, float]] = []
+    iterator = dataset.create_tuple_iterator(num_epochs=1, output_numpy=True)
+    first = True
+    while True:
+        with speed.measure("preprocess"):
+            batch = next(iterator, None)
+        if batch is None:
+            break
+        images, index, scale = batch
+        with speed.measure("inference"):
+            preds = detector(ms.Tensor(images))
+            preds.asnumpy()
+        with speed.measure("nms"):
+            dets, counts = (t.asnumpy() for t in nms(preds))
+        real = index >= 0
+        if first:  # warm-up: compilation of both graphs happened here
+            speed.reset()
+            first = False
+        speed.add_images(int(real.sum()))
+        infos = [source.image_info(int(i)) for i in index[real]]
+        evaluator.update(
+            dets[real],
+            counts[real],
+            [info["id"] for info in infos],
+            scale[real],
+            np.array([[info["height"], info["width"]] for info in infos]),
+        )
+        for i, d, c, s in zip(index[real], dets[real], counts[real], scale[real]):
+            if len(kept) < keep_images:
+                kept.append((int(i), d, int(c), float(s)))
+    return evaluator.evaluate(speed), kept

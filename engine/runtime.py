@@ -36,6 +36,7 @@ class Runtime:
     amp_level: str  # "O0" .. "O3", resolved from "auto"
     sink: bool  # dataset sink mode requested (real only on Ascend/GPU)
     sink_size: int
+    loss_scale: float = 1.0  # initial (dynamic) or fixed loss scale when amp_level != O0
     rank: int = 0
     world_size: int = 1
     device_id: int = 0
@@ -153,6 +154,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         amp_level=resolve_amp(cfg.amp, device),
         sink=resolve_sink(cfg.sink, device),
         sink_size=int(cfg.sink_size),
+        loss_scale=float(cfg.loss_scale),
         rank=rank,
         world_size=world,
         device_id=device_id,

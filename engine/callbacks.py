@@ -1,0 +1,447 @@
+"""Training callbacks: each one small and single-purpose, sharing a :class:`TrainState`.
+
+MindSpore calls ``on_train_epoch_end`` once per *sink* in data-sink mode; with
+``runtime.sink_size`` smaller than an epoch, several sinks make one epoch. The
+:class:`EpochCallback` base turns sinks back into epochs, so every callback here speaks
+of real epochs (1-based, as MindSpore counts them).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mindspore import Tensor
+from mindspore.train import Callback
+
+log = logging.getLogger("train")
+
+LOSS_NAMES = ("total", "iou", "obj", "cls", "l1")
+# Positions in the training step's outputs (see engine.train_step.TrainStep).
+OUT_NUM_FG, OUT_LR, OUT_SCALE, OUT_OVERFLOW = 5, 6, 7, 8
+
+
+@dataclass
+class TrainState:
+    """What callbacks share: schedule, running sums of the epoch, history, best mAP."""
+
+    epochs: int
+    steps_per_epoch: int
+    total_batch: int
+    sinks_per_epoch: int = 1
+    start_epoch: int = 0
+    best_map: float = -1.0
+    epoch: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    overflow_steps: int = 0
+    lr: float = 0.0
+    loss_scale: float = 1.0
+    epoch_start: float = 0.0
+    train_start: float = field(default_factory=time.time)
+    epoch_seconds: list[float] = field(default_factory=list)
+    metrics: dict[str, Any] | None = None  # latest evaluation
+    evaluated: bool = False  # this epoch
+    is_best: bool = False  # this epoch's evaluation set a new best mAP
+    history: list[dict[str, Any]] = field(default_factory=list)
+    failure: str | None = None
+
+    def reset_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.sums = dict.fromkeys(LOSS_NAMES + ("num_fg",), 0.0)
+        self.steps = 0
+        self.overflow_steps = 0
+        self.evaluated = False
+        self.is_best = False
+        self.epoch_start = time.time()
+
+    def means(self) -> dict[str, float]:
+        n = max(self.steps, 1)
+        return {k: v / n for k, v in self.sums.items()}
+
+
+class EpochCallback(Callback):
+    """Calls :meth:`epoch_begin` / :meth:`epoch_end` with the real (1-based) epoch."""
+
+    def __init__(self, state: TrainState):
+        super().__init__()
+        self.state = state
+
+    def _epoch(self, cb_params) -> int:
+        return math.ceil(cb_params.cur_epoch_num / self.state.sinks_per_epoch)
+
+    def on_train_epoch_begin(self, run_context):
+        cb = run_context.original_args()
+        if (cb.cur_epoch_num - 1) % self.state.sinks_per_epoch == 0:
+            self.epoch_begin(self._epoch(cb), run_context)
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        if cb.cur_epoch_num % self.state.sinks_per_epoch == 0:
+            self.epoch_end(self._epoch(cb), run_context)
+
+    def epoch_begin(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
+        pass
+
+    def epoch_end(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
+        pass
+
+
+def _scalar(t: Any) -> float:
+    return float(t.asnumpy()) if isinstance(t, Tensor) else float(t)
+
+
+class StepStats(EpochCallback):
+    """Accumulates the loss terms of every step; stops on a non-finite loss.
+
+    fp32: the first non-finite loss stops the run, naming the epoch, the step, the loss
+    term and the first parameter that is no longer finite. With dynamic loss scaling an
+    overflowed step was skipped by the training step; ``max_overflows`` in a row stop it.
+    """
+
+    def __init__(
+        self,
+        state: TrainState,
+        network,
+        check_finite: bool,
+        dynamic_scale: bool,
+        max_overflows: int = 50,
+    ):
+        super().__init__(state)
+        self.network = network
+        self.check_finite = check_finite
+        self.dynamic_scale = dynamic_scale
+        self.max_overflows = max_overflows
+        self.overflows_in_row = 0
+
+    def epoch_begin(self, epoch, run_context):
+        self.state.reset_epoch(epoch)
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        out = [_scalar(t) for t in cb.net_outputs]
+        st = self.state
+        st.lr, st.loss_scale = out[OUT_LR], out[OUT_SCALE]
+        step_in_epoch = (cb.cur_step_num - 1) % st.steps_per_epoch + 1
+        if self.dynamic_scale and out[OUT_OVERFLOW]:
+            st.overflow_steps += 1
+            self.overflows_in_row += 1
+            log.warning(
+                "epoch %d step %d: gradient overflow, step skipped, loss scale -> %g",
+                st.epoch,
+                step_in_epoch,
+                out[OUT_SCALE],
+            )
+            if self.overflows_in_row >= self.max_overflows:
+                self._fail(
+                    run_context,
+                    f"{self.overflows_in_row} overflowed steps in a row "
+                    f"(epoch {st.epoch}, step {step_in_epoch}): training diverged",
+                )
+            return
+        self.overflows_in_row = 0
+        losses = dict(zip(LOSS_NAMES, out[:5]))
+        if self.check_finite and not all(math.isfinite(v) for v in losses.values()):
+            bad = [k for k, v in losses.items() if not math.isfinite(v)]
+            param = first_nonfinite_parameter(self.network)
+            self._fail(
+                run_context,
+                (
+                    f"non-finite loss at epoch {st.epoch}, step {step_in_epoch}: "
+                    f"{', '.join(f'{k}={losses[k]}' for k in bad)}; first non-finite parameter: "
+                    f"{param or 'none (the forward pass produced it)'}. The last good checkpoint "
+                    "is kept; lower the learning rate or check the data."
+                ),
+            )
+            return
+        for k, v in losses.items():
+            st.sums[k] += v
+        st.sums["num_fg"] += out[OUT_NUM_FG]
+        st.steps += 1
+
+    def _fail(self, run_context, message: str) -> None:
+        self.state.failure = message
+        log.error(message)
+        run_context.request_stop()
+
+
+def first_nonfinite_parameter(network) -> str | None:
+    """Name of the first parameter holding NaN or Inf, in definition order."""
+    for name, p in network.parameters_and_names():
+        if not np.isfinite(p.asnumpy()).all():
+            return name
+    return None
+
+
+class NoAugSwitch(EpochCallback):
+    """Turns the L1 loss on for the last ``no_aug_epochs`` (the data turns mosaic off)."""
+
+    def __init__(self, state: TrainState, loss_cell, no_aug_epochs: int):
+        super().__init__(state)
+        self.loss_cell = loss_cell
+        self.first_no_aug = state.epochs - no_aug_epochs + 1
+
+    def epoch_begin(self, epoch, run_context):
+        on = epoch >= self.first_no_aug
+        if on and float(self.loss_cell.use_l1.asnumpy()) == 0.0:
+            log.info("epoch %d: no-augmentation epochs begin: mosaic/mixup off, L1 loss on", epoch)
+        self.loss_cell.use_l1.set_data(Tensor(1.0 if on else 0.0, self.loss_cell.use_l1.dtype))
+
+
+class EvalCallback(EpochCallback):
+    """Evaluates (EMA weights when kept) every ``interval`` epochs and after the last one.
+
+    ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``); this decides when
+    and tracks the best mAP.
+    """
+
+    def __init__(self, state: TrainState, evaluate, interval: int):
+        super().__init__(state)
+        self.evaluate = evaluate
+        self.interval = max(int(interval), 1)
+
+    def epoch_end(self, epoch, run_context):
+        if self.state.failure or not (epoch % self.interval == 0 or epoch == self.state.epochs):
+            return
+        metrics = self.evaluate(epoch)
+        st = self.state
+        st.metrics, st.evaluated = metrics, True
+        st.is_best = metrics["mAP"] > st.best_map
+        if st.is_best:
+            st.best_map = metrics["mAP"]
+
+
+class EpochSummary(EpochCallback):
+    """One line per epoch: losses, lr, images/s, ETA, latest mAP; appends to the history."""
+
+    def epoch_end(self, epoch, run_context):
+        st = self.state
+        seconds = time.time() - st.epoch_start
+        st.epoch_seconds.append(seconds)
+        means = st.means()
+        recent = st.epoch_seconds[-3:]
+        eta = (st.epochs - epoch) * sum(recent) / len(recent)
+        row = {
+            "epoch": epoch,
+            **{f"loss_{k}": means[k] for k in LOSS_NAMES},
+            "num_fg": means["num_fg"],
+            "lr": st.lr,
+            "images_per_s": st.steps * st.total_batch / max(seconds, 1e-9),
+            "epoch_s": seconds,
+            "mAP": st.metrics["mAP"] if st.evaluated else float("nan"),
+            "mAP50": st.metrics["mAP50"] if st.evaluated else float("nan"),
+        }
+        st.history.append(row)
+        latest = (
+            f"mAP {st.metrics['mAP']:.3f} mAP50 {st.metrics['mAP50']:.3f}" if st.metrics else ""
+        )
+        log.info(
+            "epoch %d/%d  loss %.3f (iou %.3f obj %.3f cls %.3f l1 %.3f)  fg %.1f  lr %.2e  "
+            "%.1f img/s  %s  ETA %s  %s",
+            epoch,
+            st.epochs,
+            row["loss_total"],
+            row["loss_iou"],
+            row["loss_obj"],
+            row["loss_cls"],
+            row["loss_l1"],
+            row["num_fg"],
+            st.lr,
+            row["images_per_s"],
+            _duration(seconds),
+            _duration(eta),
+            latest,
+        )
+        if st.overflow_steps:
+            log.info(
+                "epoch %d: %d overflowed steps skipped (loss scale now %g)",
+                epoch,
+                st.overflow_steps,
+                st.loss_scale,
+            )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class CheckpointCallback(EpochCallback):
+    """``last.ckpt`` every epoch, ``best.ckpt`` on a new best mAP, keep-last-k epoch files."""
+
+    def __init__(self, state: TrainState, manager, train_cell, meta: dict):
+        super().__init__(state)
+        self.manager = manager
+        self.train_cell = train_cell
+        self.meta = meta
+
+    def epoch_end(self, epoch, run_context):
+        if self.state.failure:
+            return  # keep the last good checkpoint
+        meta = dict(self.meta, msdet_epoch=epoch, msdet_best_map=float(self.state.best_map))
+        self.manager.save_epoch(self.train_cell, meta, epoch, self.state.is_best)
+
+
+class ResultsCallback(EpochCallback):
+    """``results.csv`` (one row per epoch) and ``results.png`` (losses and mAP curves)."""
+
+    def __init__(self, state: TrainState, run_dir: str):
+        super().__init__(state)
+        self.csv_path = os.path.join(run_dir, "results.csv")
+        self.png_path = os.path.join(run_dir, "results.png")
+
+    def epoch_end(self, epoch, run_context):
+        rows = self.state.history
+        if not rows:
+            return
+        with open(self.csv_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        plot_results(rows, self.png_path)
+
+
+def plot_results(rows: list[dict[str, Any]], path: str) -> None:
+    """Loss terms and mAP per epoch, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in rows]
+    panels = [f"loss_{k}" for k in LOSS_NAMES] + ["mAP", "mAP50"]
+    fig, axes = plt.subplots(2, 4, figsize=(14, 6))
+    for ax, key in zip(axes.flat, panels + ["lr"]):
+        values = [r[key] for r in rows]
+        pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", markersize=3)
+        ax.set_title(key)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+class TensorBoardCallback(EpochCallback):
+    """Per-epoch scalars (loss terms, lr, throughput, mAP) and a few annotated val images."""
+
+    def __init__(self, state: TrainState, log_dir: str, images_fn=None):
+        super().__init__(state)
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir)
+        self.images_fn = images_fn  # epoch -> list of (tag, HxWx3 RGB uint8)
+
+    def epoch_end(self, epoch, run_context):
+        row = self.state.history[-1] if self.state.history else None
+        if row is None:
+            return
+        for key, value in row.items():
+            if key != "epoch" and not (isinstance(value, float) and math.isnan(value)):
+                group = (
+                    "loss" if key.startswith("loss_") else "metrics" if "mAP" in key else "train"
+                )
+                self.writer.add_scalar(f"{group}/{key}", value, epoch)
+        if self.state.evaluated and self.images_fn is not None:
+            for tag, image in self.images_fn(epoch):
+                self.writer.add_image(tag, image, epoch, dataformats="HWC")
+        self.writer.flush()
+
+    def on_train_end(self, run_context):
+        self.writer.close()
+
+
+class EarlyStopping(EpochCallback):
+    """Stops when val mAP has not improved for ``patience`` evaluated epochs (0 = off)."""
+
+    def __init__(self, state: TrainState, patience: int):
+        super().__init__(state)
+        self.patience = int(patience)
+        self.bad_evals = 0
+
+    def epoch_end(self, epoch, run_context):
+        if self.patience <= 0 or not self.state.evaluated:
+            return
+        self.bad_evals = 0 if self.state.is_best else self.bad_evals + 1
+        if self.bad_evals >= self.patience:
+            log.info(
+                "early stopping at epoch %d: no mAP improvement in %d evaluations",
+                epoch,
+                self.bad_evals,
+            )
+            run_context.request_stop()
+
+
+class UnreadableImagesReport(EpochCallback):
+    """Prints how many training images could not be read (and were replaced) this epoch."""
+
+    def __init__(self, state: TrainState, stats):
+        super().__init__(state)
+        self.stats = stats
+
+    def epoch_end(self, epoch, run_context):
+        n = self.stats.take_epoch_count(epoch - 1)
+        if n:
+            log.warning("epoch %d: %d unreadable training images were skipped", epoch, n)
+
+
+class ProfilerCallback(Callback):
+    """Profiles training steps ``[start, start + steps)`` with MindSpore's profiler and
+    prints the operators that took the most time."""
+
+    def __init__(self, output_dir: str, steps: int, start: int = 2, top: int = 15):
+        super().__init__()
+        self.output_dir, self.steps, self.start, self.top = output_dir, steps, start, top
+        self.profiler = None
+        self.done = False
+
+    def on_train_step_begin(self, run_context):
+        step = run_context.original_args().cur_step_num
+        if self.profiler is None and not self.done and step >= self.start:
+            import mindspore as ms
+
+            self.profiler = ms.Profiler(output_path=self.output_dir)
+            self.first = step
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num
+        if self.profiler is not None and step >= self.first + self.steps - 1:
+            self._finish()
+
+    def on_train_end(self, run_context):
+        if self.profiler is not None:
+            self._finish()
+
+    def _finish(self):
+        self.profiler.analyse()
+        self.profiler = None
+        self.done = True
+        print(top_operators(self.output_dir, self.top))
+
+
+def top_operators(profile_dir: str, top: int = 15) -> str:
+    """A table of the operator types that took the most time in a profile folder."""
+    import glob
+
+    files = glob.glob(os.path.join(profile_dir, "**", "cpu_op_type_info_*.csv"), recursive=True)
+    if not files:
+        return f"no operator statistics found under {profile_dir}"
+    totals: dict[str, float] = {}
+    with open(files[0], encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            totals[row["op_type"]] = totals.get(row["op_type"], 0.0) + float(
+                row["total_compute_time"]
+            )
+    grand = sum(totals.values()) or 1.0
+    lines = [f"Top operators by time ({files[0]}):", f"{'operator':<30} {'ms':>10} {'share':>7}"]
+    for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"{name:<30} {ms:>10.1f} {100 * ms / grand:>6.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,380 @@
+"""Build everything a training run needs from the config, then run ``Model.train``.
+
+Reading order: :func:`run_training` is the recipe; the ``_build_*`` helpers below it are
+its steps. The training step itself is ``engine.train_step.TrainStep``; what happens
+between steps (logging, evaluation, checkpoints, ...) is in ``engine.callbacks``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import os
+import shutil
+from typing import Any
+
+import cv2
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from mindspore.train import LossMonitor, Model, TimeMonitor
+
+from data.build import build_sources
+from data.pipeline import build_eval_dataset, build_train_dataset
+from data.visualize import draw_boxes
+from engine.callbacks import (
+    CheckpointCallback,
+    EarlyStopping,
+    EpochSummary,
+    EvalCallback,
+    NoAugSwitch,
+    ProfilerCallback,
+    ResultsCallback,
+    StepStats,
+    TensorBoardCallback,
+    TrainState,
+    UnreadableImagesReport,
+)
+from engine.checkpoint import (
+    BEST,
+    META_CLASSES,
+    META_MODEL,
+    CheckpointManager,
+    find_resume_checkpoint,
+    restore_training_state,
+)
+from engine.evaluator import evaluate_on_dataset
+from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
+from engine.runtime import Runtime
+from engine.train_step import ModelEMA, TrainStep
+from models.checkpoint import load_weights, network_weights, read_checkpoint
+from models.inference import InferenceNet, build_nms
+from models.loss import DetectorWithLoss, YOLOXLoss
+from models.yolox import build_model
+
+log = logging.getLogger("train")
+
+
+class TrainingFailedError(RuntimeError):
+    """The run stopped on an error it detected (non-finite loss, diverged loss scale)."""
+
+
+def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
+    """Train ``cfg.model`` on ``cfg.data`` with ``cfg.train``; returns the final metrics.
+
+    Every artefact lands in ``rt.run_dir``: checkpoints/, tensorboard/, results.csv,
+    results.png, eval/ (latest evaluation) and metrics.json (final evaluation, from the
+    best checkpoint). Only rank 0 writes them.
+    """
+    tcfg = cfg.train
+    train_src, val_src = build_sources(cfg.data)
+    num_classes = train_src.num_classes
+    log.info(
+        "data %s: %d train / %d val images, %d classes: %s",
+        cfg.data.name,
+        len(train_src),
+        len(val_src),
+        num_classes,
+        ", ".join(train_src.class_names),
+    )
+
+    net = build_model(cfg.model, num_classes)
+    if tcfg.pretrained:
+        used_ema = load_weights(net, str(tcfg.pretrained))
+        log.info("initial weights from %s%s", tcfg.pretrained, " (EMA)" if used_ema else "")
+    _apply_amp(net, rt)
+    loss = YOLOXLoss(
+        num_classes,
+        iou_weight=float(tcfg.loss.iou_weight),
+        assigner_rule=str(tcfg.assigner.rule),
+        center_radius=tcfg.assigner.center_radius,
+    )
+
+    batch, world = int(tcfg.batch_size), rt.world_size
+    steps_per_epoch = len(train_src) // world // batch
+    if tcfg.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, int(tcfg.max_steps_per_epoch))
+    if steps_per_epoch < 1:
+        raise ValueError(f"{len(train_src)} images are fewer than one batch of {batch} per rank")
+    epochs = int(tcfg.epochs)
+    base_lr = scaled_lr(float(tcfg.lr_per_img), batch * world)
+    lrs = yolox_lr_schedule(
+        base_lr,
+        steps_per_epoch,
+        epochs,
+        float(tcfg.warmup_epochs),
+        int(tcfg.no_aug_epochs),
+        float(tcfg.min_lr_ratio),
+        float(tcfg.warmup_lr),
+    )
+    train_step = _build_train_step(net, loss, lrs, tcfg, rt)
+
+    start_epoch, best_map = 0, -1.0
+    if tcfg.resume:
+        resume = restore_training_state(
+            train_step, find_resume_checkpoint(str(tcfg.resume), rt.run_dir)
+        )
+        start_epoch, best_map = resume.epoch, resume.best_map
+        log.info(
+            "resumed from %s after epoch %d (best mAP %.4f)", resume.path, start_epoch, best_map
+        )
+        if rt.is_main:
+            _carry_history(resume.path, rt.run_dir)
+    if start_epoch >= epochs:
+        log.info("nothing to train: the checkpoint finished all %d epochs", epochs)
+
+    dataset = build_train_dataset(
+        cfg.data,
+        train_src,
+        batch,
+        epochs,
+        int(tcfg.no_aug_epochs),
+        int(cfg.runtime.seed),
+        rt.rank,
+        world,
+        start_epoch,
+    )
+    if tcfg.max_steps_per_epoch:
+        dataset = dataset.take(steps_per_epoch)
+    steps_per_sink, sinks_per_epoch = _sink_plan(rt, steps_per_epoch)
+
+    state = TrainState(
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        total_batch=batch * world,
+        sinks_per_epoch=sinks_per_epoch,
+        start_epoch=start_epoch,
+        best_map=best_map,
+    )
+    state.history = [r for r in _read_history(rt.run_dir) if r["epoch"] <= start_epoch]
+    evaluator = (
+        _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema) if rt.is_main else None
+    )
+    callbacks = _build_callbacks(
+        cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+    )
+    log.info(
+        "training %s: %d epochs x %d steps, batch %d x %d ranks, lr %.4g, amp %s, %s mode%s",
+        cfg.model.name,
+        epochs,
+        steps_per_epoch,
+        batch,
+        world,
+        base_lr,
+        rt.amp_level,
+        rt.mode,
+        ", data sink" if rt.sink_effective else "",
+    )
+    if rt.sink and not rt.sink_effective:
+        log.info(
+            "runtime.sink: MindSpore cannot sink data on %s and feeds each step from "
+            "the host instead (same results; LossMonitor/TimeMonitor count real steps)",
+            rt.device,
+        )
+
+    model = Model(train_step)
+    model.train(
+        epochs * sinks_per_epoch,
+        dataset,
+        callbacks=callbacks,
+        dataset_sink_mode=rt.sink,
+        sink_size=steps_per_sink,
+        initial_epoch=start_epoch * sinks_per_epoch,
+    )
+    if state.failure:
+        raise TrainingFailedError(state.failure)
+    return evaluator.final(state) if evaluator is not None else {}
+
+
+def _apply_amp(net: nn.Cell, rt: Runtime) -> None:
+    """Mixed precision on the network only (the loss computes in float32)."""
+    if rt.amp_level == "O0":
+        return
+    # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
+    with contextlib.chdir(rt.run_dir):
+        ms.amp.auto_mixed_precision(net, rt.amp_level)
+
+
+def _build_train_step(
+    net: nn.Cell, loss: YOLOXLoss, lrs: np.ndarray, tcfg: Any, rt: Runtime
+) -> TrainStep:
+    optimizer = build_optimizer(net, lrs, tcfg)
+    ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
+    reducer = None
+    if rt.distributed:
+        reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=rt.world_size)
+    scale = float(rt.loss_scale) if rt.amp_level != "O0" else 1.0
+    step = TrainStep(
+        DetectorWithLoss(net, loss),
+        optimizer,
+        ema,
+        loss_scale=scale,
+        dynamic_scale=rt.uses_dynamic_loss_scale,
+        clip_norm=tcfg.clip_grad_norm or 0.0,
+        grad_reducer=reducer,
+    )
+    step.set_train(True)
+    return step
+
+
+def _sink_plan(rt: Runtime, steps_per_epoch: int) -> tuple[int, int]:
+    """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch."""
+    size = int(rt.sink_size)
+    if not rt.sink_effective or size in (-1, 0, steps_per_epoch):
+        return steps_per_epoch, 1
+    if size < 0 or steps_per_epoch % size:
+        raise ValueError(
+            f"runtime.sink_size={size} must be -1 or divide the {steps_per_epoch} steps of an epoch"
+        )
+    return size, steps_per_epoch // size
+
+
+def _build_callbacks(
+    cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+) -> list:
+    tcfg = cfg.train
+    cbs = [
+        NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
+        StepStats(state, net, bool(cfg.runtime.check_finite), rt.uses_dynamic_loss_scale),
+        UnreadableImagesReport(state, train_src.unreadable),
+    ]
+    if rt.is_main:
+        meta = {META_MODEL: str(cfg.model.name), META_CLASSES: int(num_classes)}
+        cbs += [
+            EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval)),
+            EpochSummary(state),
+            CheckpointCallback(
+                state,
+                CheckpointManager(os.path.join(rt.run_dir, "checkpoints"), int(tcfg.keep_last)),
+                train_step,
+                meta,
+            ),
+            ResultsCallback(state, rt.run_dir),
+        ]
+        if tcfg.tensorboard:
+            cbs.append(
+                TensorBoardCallback(
+                    state, os.path.join(rt.run_dir, "tensorboard"), evaluator.annotated_images
+                )
+            )
+        if int(tcfg.patience) > 0:
+            if rt.distributed:
+                log.warning("train.patience: early stopping is not supported with several ranks")
+            else:
+                cbs.append(EarlyStopping(state, int(tcfg.patience)))
+        cbs += [
+            LossMonitor(max(1, min(int(tcfg.log_interval), steps_per_sink))),
+            TimeMonitor(data_size=steps_per_sink),
+        ]
+    if int(cfg.runtime.profile_steps) > 0 and rt.is_main:
+        cbs.append(
+            ProfilerCallback(os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps))
+        )
+    return cbs
+
+
+class _Evaluation:
+    """COCO evaluation on the val split with a separate inference copy of the network.
+
+    The training network stays in training mode; before each evaluation its EMA weights
+    (or raw weights without EMA) are copied into the inference copy.
+    """
+
+    def __init__(
+        self, cfg, rt: Runtime, num_classes: int, source, net: nn.Cell, ema: ModelEMA | None
+    ):
+        self.source = source
+        self.run_dir = rt.run_dir
+        self.num_vis = int(cfg.train.vis_images)
+        self.eval_net = build_model(cfg.model, num_classes)
+        self.detector = InferenceNet(self.eval_net)
+        self.nms = build_nms(cfg.eval, num_classes)
+        self.dataset = build_eval_dataset(
+            cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size)
+        )
+        self.sources = {name: p for name, p in net.parameters_and_names()}
+        if ema is not None:
+            self.sources = {p.name[len("ema.") :]: p for p in ema.averages}
+        self.kept: list = []
+        self.last_epoch_metrics: tuple[int, dict] | None = None
+
+    def _load(self, weights: dict) -> None:
+        for name, param in self.eval_net.parameters_and_names():
+            param.set_data(weights[name].value().astype(param.dtype))
+
+    def _run(self, out_dir: str) -> dict[str, Any]:
+        metrics, self.kept = evaluate_on_dataset(
+            self.detector, self.nms, self.dataset, self.source, out_dir, keep_images=self.num_vis
+        )
+        return metrics
+
+    def evaluate(self, epoch: int) -> dict[str, Any]:
+        """Evaluate the current (EMA) weights; outputs in <run dir>/eval/."""
+        self._load(self.sources)
+        metrics = self._run(os.path.join(self.run_dir, "eval"))
+        self.last_epoch_metrics = (epoch, metrics)
+        return metrics
+
+    def final(self, state: TrainState) -> dict[str, Any]:
+        """Evaluate best.ckpt (EMA weights) into <run dir>/metrics.json, reusing the last
+        evaluation when it was the best one."""
+        best = os.path.join(self.run_dir, "checkpoints", BEST)
+        if not os.path.isfile(best):
+            log.warning(
+                "no best.ckpt (no evaluation improved mAP): final metrics of the last weights"
+            )
+            self._load(self.sources)
+            return self._run(self.run_dir)
+        if self.last_epoch_metrics and state.is_best:
+            src = os.path.join(self.run_dir, "eval")
+            for name in ("metrics.json", "detections.json"):
+                shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
+            metrics = self.last_epoch_metrics[1]
+        else:
+            self._load({k: v for k, v in network_weights(read_checkpoint(best)).items()})
+            metrics = self._run(self.run_dir)
+        log.info(
+            "final (best.ckpt): mAP %.4f  mAP50 %.4f  -> %s",
+            metrics["mAP"],
+            metrics["mAP50"],
+            os.path.join(self.run_dir, "metrics.json"),
+        )
+        return metrics
+
+    def annotated_images(self, epoch: int) -> list[tuple[str, np.ndarray]]:
+        """The first validation images with their predicted boxes (RGB), for TensorBoard."""
+        from engine.evaluator import detections_to_original
+
+        out = []
+        for index, dets, count, scale in self.kept:
+            info = self.source.image_info(index)
+            try:
+                img, _, _ = self.source.load(index)
+            except OSError:
+                continue
+            hw = (info["height"], info["width"])
+            xywh, scores, labels = detections_to_original(dets, count, scale, hw)
+            xyxy = np.concatenate((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), 1)
+            drawn = draw_boxes(img, xyxy, labels, self.source.class_names, scores)
+            out.append((f"val/{info['file_name']}", cv2.cvtColor(drawn, cv2.COLOR_BGR2RGB)))
+        return out
+
+
+def _read_history(run_dir: str) -> list[dict[str, Any]]:
+    path = os.path.join(run_dir, "results.csv")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [
+            {k: (int(v) if k == "epoch" else float(v)) for k, v in row.items()}
+            for row in csv.DictReader(f)
+        ]
+
+
+def _carry_history(ckpt_path: str, run_dir: str) -> None:
+    """Resuming another run's checkpoint: bring its results.csv into this run folder."""
+    old_dir = os.path.dirname(os.path.dirname(os.path.abspath(ckpt_path)))
+    src, dst = os.path.join(old_dir, "results.csv"), os.path.join(run_dir, "results.csv")
+    if os.path.abspath(old_dir) != os.path.abspath(run_dir) and os.path.isfile(src):
+        shutil.copy(src, dst)
