@@ -45,7 +45,9 @@ def main(cfg: DictConfig) -> None:
     net = InferenceNet(detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None)
     h, w = (int(v) for v in cfg.eval.img_size)
     batch = int(cfg.export.batch_size)
-    stem = os.path.join(run_dir, f"{cfg.model.name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else ""))
+    stem = os.path.join(
+        run_dir, f"{cfg.model.name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
+    )
     try:
         report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
     except ExportError as err:
@@ -73,7 +75,10 @@ def main(cfg: DictConfig) -> None:
     diff = report["max_abs_diff"]
     log.info(
         "exported %s (%s, input %s, outputs %s); max abs diff vs the network: %s",
-        report["file"], report["format"], report["input_shape"], report["output_shapes"],
+        report["file"],
+        report["format"],
+        report["input_shape"],
+        report["output_shapes"],
         "not verified (no onnxruntime)" if diff is None else f"{diff:.3g}",
     )
 

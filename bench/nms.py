@@ -74,11 +74,17 @@ def main(argv: list[str] | None = None) -> dict:
         def construct(self, boxes):
             return self.nms(boxes)[2]
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}")
-    print(f"python {platform.python_version()}, mindspore {ms.__version__}, numpy {np.__version__}, "
-          f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    )
+    print(
+        f"python {platform.python_version()}, mindspore {ms.__version__}, numpy {np.__version__}, "
+        f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')}"
+    )
     print("command: " + " ".join([sys.executable, "-m", "bench.nms", *(argv or sys.argv[1:])]))
-    print(f"{'N':>6} {'NMSWithMask':>12} {'BatchedNMS':>11} {'numpy greedy':>13} {'kept':>6}  (ms, median of {args.repeats})")
+    print(
+        f"{'N':>6} {'NMSWithMask':>12} {'BatchedNMS':>11} {'numpy greedy':>13} {'kept':>6}  (ms, median of {args.repeats})"
+    )
 
     rng = np.random.default_rng(args.seed)
 
@@ -87,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
         sizes = rng.uniform(8, IMG / 6, (n, 2))
         scores = rng.uniform(0, 1, n)
         order = np.argsort(-scores)
-        boxes = np.concatenate((centers - sizes / 2, centers + sizes / 2), 1)[order].astype(np.float32)
+        boxes = np.concatenate((centers - sizes / 2, centers + sizes / 2), 1)[order].astype(
+            np.float32
+        )
         scores = scores[order].astype(np.float32)
         raw = RawNMS(args.iou)
         raw_input = ms.Tensor(np.concatenate((boxes, scores[:, None]), 1))
@@ -109,8 +117,14 @@ def main(argv: list[str] | None = None) -> dict:
         if kept != kept_numpy:
             print(f"warning: N={n}: NMSWithMask kept {kept} boxes, numpy greedy NMS {kept_numpy}")
         print(f"{n:>6} {raw_ms:>12.2f} {batched_ms:>11.2f} {numpy_ms:>13.2f} {kept:>6}")
-        return {"n": n, "nms_with_mask_ms": round(raw_ms, 3), "batched_nms_ms": round(batched_ms, 3),
-                "batched_nms_topk": topk, "numpy_greedy_ms": round(numpy_ms, 3), "kept": kept}
+        return {
+            "n": n,
+            "nms_with_mask_ms": round(raw_ms, 3),
+            "batched_nms_ms": round(batched_ms, 3),
+            "batched_nms_topk": topk,
+            "numpy_greedy_ms": round(numpy_ms, 3),
+            "kept": kept,
+        }
 
     rows = [time_size(n) for n in args.sizes]
 

@@ -121,9 +121,7 @@ def run_cell(net: nn.Cell, example: np.ndarray) -> list[np.ndarray]:
 def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     """Largest absolute difference between two lists of same-shaped arrays."""
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        raise ExportError(
-            f"output shapes differ: {[x.shape for x in a]} vs {[y.shape for y in b]}"
-        )
+        raise ExportError(f"output shapes differ: {[x.shape for x in a]} vs {[y.shape for y in b]}")
     return max(
         float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max(initial=0.0))
         for x, y in zip(a, b)
@@ -166,7 +164,9 @@ def verify_onnx(net: nn.Cell, path: str, example: np.ndarray, atol: float = 1e-4
     return diff
 
 
-def export_and_verify(net: nn.Cell, example: np.ndarray, path_stem: str, fmt: str) -> dict[str, Any]:
+def export_and_verify(
+    net: nn.Cell, example: np.ndarray, path_stem: str, fmt: str
+) -> dict[str, Any]:
     """Export ``net`` and check the file against the Cell; returns a report for export.json.
 
     The report holds ``file``, ``format``, ``input_shape``, ``output_shapes`` and

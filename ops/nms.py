@@ -92,9 +92,7 @@ class BatchedNMS(nn.Cell):
         cand_valid = top_scores >= self.conf_thresh
         cand_boxes = ops.gather_elements(boxes, 1, ops.tile(top_idx.expand_dims(-1), (1, 1, 4)))
         cand_labels = ops.gather_elements(labels, 1, top_idx).astype(ms.float32)
-        cand_boxes = ops.where(
-            cand_valid.expand_dims(-1), cand_boxes, ops.zeros_like(cand_boxes)
-        )
+        cand_boxes = ops.where(cand_valid.expand_dims(-1), cand_boxes, ops.zeros_like(cand_boxes))
 
         nms_boxes = cand_boxes
         if not self.class_agnostic:
@@ -195,7 +193,9 @@ def postprocess_numpy(
     """
     out = []
     for pred in np.asarray(predictions, dtype=np.float32):
-        boxes = np.concatenate((pred[:, :2] - pred[:, 2:4] * 0.5, pred[:, :2] + pred[:, 2:4] * 0.5), 1)
+        boxes = np.concatenate(
+            (pred[:, :2] - pred[:, 2:4] * 0.5, pred[:, :2] + pred[:, 2:4] * 0.5), 1
+        )
         cls = pred[:, 5 : 5 + num_classes]
         labels = cls.argmax(1)
         scores = pred[:, 4] * cls[np.arange(len(cls)), labels]
@@ -214,6 +214,8 @@ def postprocess_numpy(
             keep = keep[np.argsort(-scores[keep], kind="stable")]
         keep = keep[:max_det]
         out.append(
-            np.concatenate((boxes[keep], scores[keep, None], labels[keep, None].astype(np.float32)), 1)
+            np.concatenate(
+                (boxes[keep], scores[keep, None], labels[keep, None].astype(np.float32)), 1
+            )
         )
     return out

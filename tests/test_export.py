@@ -18,7 +18,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_export(*overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "export.py", *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -27,8 +30,9 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
     ckpt = str(tmp_path / "nano.ckpt")
     ms.save_checkpoint(build_model(load_model_config("yolox_nano"), 3), ckpt)
     run_dir = tmp_path / "run"
-    proc = run_export(f"ckpt={ckpt}", "eval.img_size=[128,128]", "eval.max_det=20",
-                      f"hydra.run.dir={run_dir}")
+    proc = run_export(
+        f"ckpt={ckpt}", "eval.img_size=[128,128]", "eval.max_det=20", f"hydra.run.dir={run_dir}"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((run_dir / "export.json").read_text())
     assert report["file"] == str(run_dir / "yolox_nano_128x128_b1_nms.mindir")

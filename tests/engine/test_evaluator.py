@@ -36,11 +36,19 @@ def ground_truth() -> tuple[COCO, dict[int, list[tuple[list[float], int]]]]:
         4: [([50.0, 50.0, 100.0, 100.0], 3)],
     }
     dataset = {
-        "images": [{"id": i, "width": 400, "height": 300, "file_name": f"{i}.jpg"} for i in objects],
+        "images": [
+            {"id": i, "width": 400, "height": 300, "file_name": f"{i}.jpg"} for i in objects
+        ],
         "categories": CATEGORIES,
         "annotations": [
-            {"id": 10 * img + k, "image_id": img, "category_id": cat, "bbox": box,
-             "area": box[2] * box[3], "iscrowd": 0}
+            {
+                "id": 10 * img + k,
+                "image_id": img,
+                "category_id": cat,
+                "bbox": box,
+                "area": box[2] * box[3],
+                "iscrowd": 0,
+            }
             for img, objs in objects.items()
             for k, (box, cat) in enumerate(objs)
         ],
@@ -60,8 +68,14 @@ def model_detections(objects, shift: float = 0.0, score: float = 0.9, max_det: i
     for i, img in enumerate(ids):
         for k, (box, cat) in enumerate(objects[img]):
             x, y, w, h = box
-            dets[i, k] = [(x + shift) * SCALE, y * SCALE, (x + shift + w) * SCALE, (y + h) * SCALE,
-                          score, CATEGORY_IDS.index(cat)]
+            dets[i, k] = [
+                (x + shift) * SCALE,
+                y * SCALE,
+                (x + shift + w) * SCALE,
+                (y + h) * SCALE,
+                score,
+                CATEGORY_IDS.index(cat),
+            ]
             counts[i] += 1
     scales = np.full(len(ids), SCALE)
     sizes = np.tile([300, 400], (len(ids), 1))
@@ -77,7 +91,11 @@ def evaluate(tmp_path, dets, counts, ids, scales, sizes, **kwargs):
 
 def test_perfect_detections_give_ap_one(tmp_path, capsys):
     _, objects = ground_truth()
-    metrics = evaluate(tmp_path, *model_detections(objects), speed={"preprocess": 1.0, "inference": 20.0, "nms": 2.5})
+    metrics = evaluate(
+        tmp_path,
+        *model_detections(objects),
+        speed={"preprocess": 1.0, "inference": 20.0, "nms": 2.5},
+    )
     assert metrics["mAP"] == pytest.approx(1.0)
     assert metrics["mAP50"] == metrics["mAP75"] == pytest.approx(1.0)
     assert metrics["mAP_large"] == pytest.approx(1.0)
@@ -156,10 +174,17 @@ def test_metrics_agree_with_an_independent_pycocotools_run(tmp_path):
     rng = np.random.default_rng(0)
     dets, counts, ids, scales, sizes = model_detections(objects)
     # Jittered boxes, random scores, extra false positives: APs strictly between 0 and 1.
-    dets[:, :, :4] += rng.normal(0, 6, dets[:, :, :4].shape).astype(np.float32) * (dets[:, :, 4:5] > 0)
+    dets[:, :, :4] += rng.normal(0, 6, dets[:, :, :4].shape).astype(np.float32) * (
+        dets[:, :, 4:5] > 0
+    )
     dets[:, 1:4] = np.concatenate(
-        [rng.uniform(0, 150, (4, 3, 2)), rng.uniform(150, 200, (4, 3, 2)),
-         rng.uniform(0.05, 0.95, (4, 3, 1)), rng.integers(0, 3, (4, 3, 1))], -1
+        [
+            rng.uniform(0, 150, (4, 3, 2)),
+            rng.uniform(150, 200, (4, 3, 2)),
+            rng.uniform(0.05, 0.95, (4, 3, 1)),
+            rng.integers(0, 3, (4, 3, 1)),
+        ],
+        -1,
     )
     dets[:, 0, 4] = rng.uniform(0.05, 0.95, 4)
     counts[:] = 4
@@ -172,9 +197,9 @@ def test_metrics_agree_with_an_independent_pycocotools_run(tmp_path):
         independent.evaluate()
         independent.accumulate()
         independent.summarize()
-    assert [metrics[k] for k in ("mAP", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large")] == (
-        pytest.approx(list(independent.stats[:6]), abs=1e-12)
-    )
+    assert [
+        metrics[k] for k in ("mAP", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large")
+    ] == (pytest.approx(list(independent.stats[:6]), abs=1e-12))
 
 
 def test_only_updated_images_are_evaluated(tmp_path):
@@ -193,8 +218,14 @@ def test_boxes_are_clipped_to_the_original_image():
     np.testing.assert_allclose(boxes, [[0.0, 280.0, 400.0, 20.0]])
     assert scores[0] == pytest.approx(0.8) and labels.tolist() == [2]
     records = prediction_records(dets, 1, SCALE, (300, 400), CATEGORY_IDS, CLASS_NAMES)
-    assert records == [{"bbox": [0.0, 280.0, 400.0, 20.0], "score": 0.8,
-                        "category_id": 7, "category_name": "triangle"}]
+    assert records == [
+        {
+            "bbox": [0.0, 280.0, 400.0, 20.0],
+            "score": 0.8,
+            "category_id": 7,
+            "category_name": "triangle",
+        }
+    ]
 
 
 def test_unknown_category_ids_are_rejected():
@@ -211,6 +242,8 @@ def test_speed_meter_reports_ms_per_image():
     with meter.measure("nms"):
         pass
     assert 0.0 <= meter.ms_per_image()["nms"] < 1.0
-    assert format_speed(meter.ms_per_image()).startswith("Speed: 0.0 ms pre-process, 50.0 ms inference")
+    assert format_speed(meter.ms_per_image()).startswith(
+        "Speed: 0.0 ms pre-process, 50.0 ms inference"
+    )
     with pytest.raises(ValueError, match="unknown stage"), meter.measure("loss"):
         pass

@@ -65,7 +65,10 @@ def nets(detector):
 @pytest.fixture(scope="module")
 def mindir_files(nets, images, tmp_path_factory):
     folder = tmp_path_factory.mktemp("export")
-    return {kind: export_network(net, images, str(folder / kind), "MINDIR") for kind, net in nets.items()}
+    return {
+        kind: export_network(net, images, str(folder / kind), "MINDIR")
+        for kind, net in nets.items()
+    }
 
 
 def test_inference_net_is_the_detector_followed_by_nms(nets, images):
@@ -118,7 +121,13 @@ def test_build_nms_reads_the_eval_config():
     from omegaconf import OmegaConf
 
     eval_cfg = OmegaConf.create(
-        {"conf_thresh": 0.2, "nms_iou": 0.5, "pre_nms_topk": 500, "max_det": 30, "class_agnostic": True}
+        {
+            "conf_thresh": 0.2,
+            "nms_iou": 0.5,
+            "pre_nms_topk": 500,
+            "max_det": 30,
+            "class_agnostic": True,
+        }
     )
     nms = build_nms(eval_cfg, 7)
     assert (nms.num_classes, nms.conf_thresh, nms.iou_thresh) == (7, 0.2, 0.5)

@@ -143,7 +143,14 @@ def test_non_finite_predictions_are_never_kept():
     preds = random_predictions(rng, 1, 300, num_classes=3)
     # NaN objectness, NaN in the first / a middle class column, NaN centre, inf width, inf
     # objectness: each anchor must be dropped as YOLOX's NaN comparisons drop it.
-    bad = {0: (4, np.nan), 1: (5, np.nan), 2: (6, np.nan), 3: (0, np.nan), 4: (2, np.inf), 5: (4, np.inf)}
+    bad = {
+        0: (4, np.nan),
+        1: (5, np.nan),
+        2: (6, np.nan),
+        3: (0, np.nan),
+        4: (2, np.inf),
+        5: (4, np.inf),
+    }
     # The best-scoring anchors are the corrupted ones, so a NaN that slipped through would
     # be kept first and sorted wrong.
     preds[0, list(bad), 4] = 1.0
