@@ -67,7 +67,7 @@ class TrainState:
 
 
 class EpochCallback(Callback):
-    """Calls :meth:`epoch_begin` / :meth:`epoch_end` with the real (1-based) epoch."""
+    """Calls :meth:`begin_epoch` / :meth:`end_epoch` with the real (1-based) epoch."""
 
     def __init__(self, state: TrainState):
         super().__init__()
@@ -79,17 +79,17 @@ class EpochCallback(Callback):
     def on_train_epoch_begin(self, run_context):
         cb = run_context.original_args()
         if (cb.cur_epoch_num - 1) % self.state.sinks_per_epoch == 0:
-            self.epoch_begin(self._epoch(cb), run_context)
+            self.begin_epoch(self._epoch(cb), run_context)
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         if cb.cur_epoch_num % self.state.sinks_per_epoch == 0:
-            self.epoch_end(self._epoch(cb), run_context)
+            self.end_epoch(self._epoch(cb), run_context)
 
-    def epoch_begin(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
+    def begin_epoch(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
         pass
 
-    def epoch_end(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
+    def end_epoch(self, epoch: int, run_context) -> None:  # noqa: B027 (optional hook)
         pass
 
 
@@ -120,7 +120,7 @@ class StepStats(EpochCallback):
         self.max_overflows = max_overflows
         self.overflows_in_row = 0
 
-    def epoch_begin(self, epoch, run_context):
+    def begin_epoch(self, epoch, run_context):
         self.state.reset_epoch(epoch)
 
     def on_train_step_end(self, run_context):
@@ -187,7 +187,7 @@ class NoAugSwitch(EpochCallback):
         self.loss_cell = loss_cell
         self.first_no_aug = state.epochs - no_aug_epochs + 1
 
-    def epoch_begin(self, epoch, run_context):
+    def begin_epoch(self, epoch, run_context):
         on = epoch >= self.first_no_aug
         if on and float(self.loss_cell.use_l1.asnumpy()) == 0.0:
             log.info("epoch %d: no-augmentation epochs begin: mosaic/mixup off, L1 loss on", epoch)
@@ -206,7 +206,7 @@ class EvalCallback(EpochCallback):
         self.evaluate = evaluate
         self.interval = max(int(interval), 1)
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         if self.state.failure or not (epoch % self.interval == 0 or epoch == self.state.epochs):
             return
         metrics = self.evaluate(epoch)
@@ -220,7 +220,7 @@ class EvalCallback(EpochCallback):
 class EpochSummary(EpochCallback):
     """One line per epoch: losses, lr, images/s, ETA, latest mAP; appends to the history."""
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         st = self.state
         seconds = time.time() - st.epoch_start
         st.epoch_seconds.append(seconds)
@@ -281,7 +281,7 @@ class CheckpointCallback(EpochCallback):
         self.train_cell = train_cell
         self.meta = meta
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         if self.state.failure:
             return  # keep the last good checkpoint
         meta = dict(self.meta, msdet_epoch=epoch, msdet_best_map=float(self.state.best_map))
@@ -296,7 +296,7 @@ class ResultsCallback(EpochCallback):
         self.csv_path = os.path.join(run_dir, "results.csv")
         self.png_path = os.path.join(run_dir, "results.png")
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         rows = self.state.history
         if not rows:
             return
@@ -340,7 +340,7 @@ class TensorBoardCallback(EpochCallback):
         self.writer = SummaryWriter(log_dir)
         self.images_fn = images_fn  # epoch -> list of (tag, HxWx3 RGB uint8)
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         row = self.state.history[-1] if self.state.history else None
         if row is None:
             return
@@ -367,7 +367,7 @@ class EarlyStopping(EpochCallback):
         self.patience = int(patience)
         self.bad_evals = 0
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         if self.patience <= 0 or not self.state.evaluated:
             return
         self.bad_evals = 0 if self.state.is_best else self.bad_evals + 1
@@ -387,7 +387,7 @@ class UnreadableImagesReport(EpochCallback):
         super().__init__(state)
         self.stats = stats
 
-    def epoch_end(self, epoch, run_context):
+    def end_epoch(self, epoch, run_context):
         n = self.stats.take_epoch_count(epoch - 1)
         if n:
             log.warning("epoch %d: %d unreadable training images were skipped", epoch, n)
