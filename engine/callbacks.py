@@ -173,9 +173,9 @@ class StepStats(EpochCallback):
 
 def first_nonfinite_parameter(network) -> str | None:
     """Name of the first parameter holding NaN or Inf, in definition order."""
-    for name, p in network.parameters_and_names():
+    for p in network.get_parameters():
         if not np.isfinite(p.asnumpy()).all():
-            return name
+            return p.name
     return None
 
 
@@ -377,6 +377,19 @@ class EarlyStopping(EpochCallback):
                 epoch,
                 self.bad_evals,
             )
+            run_context.request_stop()
+
+
+class StopAtEpoch(EpochCallback):
+    """Ends the run after epoch ``stop_at`` (schedule unchanged; continue with train.resume)."""
+
+    def __init__(self, state: TrainState, stop_at: int):
+        super().__init__(state)
+        self.stop_at = int(stop_at)
+
+    def end_epoch(self, epoch, run_context):
+        if epoch >= self.stop_at and epoch < self.state.epochs:
+            log.info("train.stop_at_epoch=%d reached: stopping; continue with train.resume", epoch)
             run_context.request_stop()
 
 

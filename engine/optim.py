@@ -70,8 +70,9 @@ def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.S
     """
     decay, no_decay = split_decay_params(network)
     groups = [
-        {"params": decay, "weight_decay": float(cfg.weight_decay)},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": params, "weight_decay": wd}
+        for params, wd in ((decay, float(cfg.weight_decay)), (no_decay, 0.0))
+        if params  # MindSpore rejects an empty group
     ]
     lr = list(map(float, lrs)) if isinstance(lrs, np.ndarray) else float(lrs)
     return nn.SGD(

@@ -42,10 +42,12 @@ class ModelEMA(nn.Cell):
     def __init__(self, network: nn.Cell, decay: float = 0.9998):
         super().__init__()
         self.decay = decay
-        named = list(network.parameters_and_names())
-        self.sources = ParameterTuple([p for _, p in named])
+        # Parameter names, not cell paths: mixed precision wraps cells (the path of a BN
+        # weight gains a segment) but keeps each parameter's own name.
+        params = list(network.get_parameters())
+        self.sources = ParameterTuple(params)
         self.averages = ParameterTuple(
-            [Parameter(p.data.copy(), name=EMA_PREFIX + n, requires_grad=False) for n, p in named]
+            [Parameter(p.data.copy(), name=EMA_PREFIX + p.name, requires_grad=False) for p in params]
         )
         self.updates = Parameter(
             ms.Tensor(0.0, ms.float32), name="ema_updates", requires_grad=False
@@ -67,8 +69,8 @@ class TrainStep(nn.Cell):
     """forward/backward/update; returns (total, iou, obj, cls, l1, num_fg, lr, scale, overflow).
 
     ``loss_scale``: the (initial) scale; ``dynamic_scale`` enables overflow detection,
-    skipping and scale adjustment (Ascend/GPU only: MindSpore's CPU backend supports
-    fixed scaling only). ``clip_norm`` <= 0 disables gradient clipping.
+    skipping and scale adjustment (halve on overflow, double after ``scale_window`` good
+    steps). ``clip_norm`` <= 0 disables gradient clipping.
     """
 
     def __init__(

@@ -32,6 +32,7 @@ from engine.callbacks import (
     ProfilerCallback,
     ResultsCallback,
     StepStats,
+    StopAtEpoch,
     TensorBoardCallback,
     TrainState,
     UnreadableImagesReport,
@@ -267,6 +268,8 @@ def _build_callbacks(
             LossMonitor(max(1, min(int(tcfg.log_interval), steps_per_sink))),
             TimeMonitor(data_size=steps_per_sink),
         ]
+    if tcfg.stop_at_epoch:
+        cbs.append(StopAtEpoch(state, int(tcfg.stop_at_epoch)))  # after the checkpoint
     if int(cfg.runtime.profile_steps) > 0 and rt.is_main:
         cbs.append(
             ProfilerCallback(os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps))
@@ -293,15 +296,15 @@ class _Evaluation:
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size)
         )
-        self.sources = {name: p for name, p in net.parameters_and_names()}
+        self.sources = {p.name: p for p in net.get_parameters()}
         if ema is not None:
             self.sources = {p.name[len("ema.") :]: p for p in ema.averages}
         self.kept: list = []
         self.last_epoch_metrics: tuple[int, dict] | None = None
 
     def _load(self, weights: dict) -> None:
-        for name, param in self.eval_net.parameters_and_names():
-            param.set_data(weights[name].value().astype(param.dtype))
+        for param in self.eval_net.get_parameters():
+            param.set_data(weights[param.name].value().astype(param.dtype))
 
     def _run(self, out_dir: str) -> dict[str, Any]:
         metrics, self.kept = evaluate_on_dataset(

@@ -45,8 +45,13 @@ def network_weights(
 
 
 def check_compatible(net: ms.nn.Cell, weights: dict[str, ms.Parameter], source: str) -> None:
-    """Raise :class:`CheckpointError` naming the first missing or mis-shaped parameter."""
-    for name, param in net.parameters_and_names():
+    """Raise :class:`CheckpointError` naming the first missing or mis-shaped parameter.
+
+    Parameters are matched by their own names (what checkpoints store), not by cell paths,
+    which mixed precision changes by wrapping cells.
+    """
+    for param in net.get_parameters():
+        name = param.name
         if name not in weights:
             raise CheckpointError(
                 f"{source}: parameter {name!r} of the model is missing from the checkpoint "
@@ -73,7 +78,7 @@ def load_weights(net: ms.nn.Cell, path: str, use_ema: bool = True) -> bool:
     weights = network_weights(params, use_ema)
     used_ema = use_ema and any(k.startswith(EMA_PREFIX) for k in params)
     check_compatible(net, weights, path)
-    wanted = {name for name, _ in net.parameters_and_names()}
+    wanted = {p.name for p in net.get_parameters()}
     not_loaded, _ = ms.load_param_into_net(
         net, {k: v for k, v in weights.items() if k in wanted}, strict_load=True
     )

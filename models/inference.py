@@ -67,7 +67,9 @@ class InferenceNet(nn.Cell):
     """
 
     def __init__(self, detector: nn.Cell, nms: BatchedNMS | None = None):
-        super().__init__()
+        # No prefix: wrapping must not rename the detector's parameters ("detector.")
+        # so that weights can still be loaded into it by name afterwards.
+        super().__init__(auto_prefix=False)
         self.detector = detector
         self.with_nms = nms is not None
         # A Cell in both cases keeps the attribute's type fixed for the graph compiler;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up the test environment (a .venv with the pinned requirements and the PyTorch YOLOX
+# original used as the parity reference) and run the test suite. Extra arguments go to
+# pytest, e.g. `bash scripts/test.sh tests/models -k parity`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+VENV="${VENV:-.venv}"
+
+if [ ! -x "${VENV}/bin/python" ]; then
+    "${PYTHON}" -m venv "${VENV}"
+fi
+"${VENV}/bin/python" -m pip install --quiet --upgrade pip
+"${VENV}/bin/python" -m pip install --quiet -r requirements-dev.txt
+# YOLOX 0.3.0 pins onnx/onnxruntime versions that do not exist for Python 3.11, hence
+# --no-deps; it builds a small C++ op (MAX_JOBS=1 keeps memory low on small machines).
+if ! "${VENV}/bin/python" -c "import yolox" 2>/dev/null; then
+    MAX_JOBS=1 "${VENV}/bin/python" -m pip install --quiet --no-deps --no-build-isolation yolox==0.3.0
+fi
+
+# The parity tests must run wherever this script runs: a missing reference is a failure.
+export MSDET_REQUIRE_TORCH=1
+exec "${VENV}/bin/python" -m pytest "$@"
