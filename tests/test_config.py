@@ -29,12 +29,15 @@ def test_default_composition():
     assert list(cfg.eval.img_size) == list(cfg.data.img_size)  # interpolation
 
 
-@pytest.mark.parametrize("group,expected", [
-    ("model", ["yolox_l", "yolox_m", "yolox_nano", "yolox_s", "yolox_tiny", "yolox_x"]),
-    ("data", ["coco", "shapes"]),
-    ("runtime", ["ascend", "ascend_8p", "auto", "cpu"]),
-    ("train", ["shapes", "yolox"]),
-])
+@pytest.mark.parametrize(
+    "group,expected",
+    [
+        ("model", ["yolox_l", "yolox_m", "yolox_nano", "yolox_s", "yolox_tiny", "yolox_x"]),
+        ("data", ["coco", "shapes"]),
+        ("runtime", ["ascend", "ascend_8p", "auto", "cpu"]),
+        ("train", ["shapes", "yolox"]),
+    ],
+)
 def test_every_option_composes(group, expected):
     assert options(group) == expected
     for name in expected:
@@ -54,16 +57,24 @@ def test_runtime_groups_differ_where_they_should():
 
 
 def test_overrides_reach_nested_keys():
-    cfg = compose_cfg(["model=yolox_s", "train.epochs=300", "runtime.device=Ascend",
-                       "data.aug.mosaic_prob=0.25", "eval.img_size=[416,416]"])
+    cfg = compose_cfg(
+        [
+            "model=yolox_s",
+            "train.epochs=300",
+            "runtime.device=Ascend",
+            "data.aug.mosaic_prob=0.25",
+            "eval.img_size=[416,416]",
+        ]
+    )
     assert cfg.model.width == 0.5 and cfg.train.epochs == 300
     assert cfg.runtime.device == "Ascend" and cfg.data.aug.mosaic_prob == 0.25
     assert list(cfg.eval.img_size) == [416, 416]
 
 
 def run_train(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cfg_job_prints_all_groups():
@@ -73,11 +84,14 @@ def test_cfg_job_prints_all_groups():
         assert f"\n{group}" in "\n" + out.stdout
 
 
-@pytest.mark.parametrize("typo,message", [
-    ("modle=x", "modle"),
-    ("train.epoch=3", "epoch"),
-    ("model=yolox_q", "yolox_q"),
-])
+@pytest.mark.parametrize(
+    "typo,message",
+    [
+        ("modle=x", "modle"),
+        ("train.epoch=3", "epoch"),
+        ("model=yolox_q", "yolox_q"),
+    ],
+)
 def test_mistyped_keys_fail_clearly(typo, message):
     out = run_train(typo)
     assert out.returncode != 0

@@ -18,28 +18,24 @@ from tests.e2e.tiny_run import ROOT, TINY, read_results, run_entry
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes_cache")
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache_dir):
-    """One tiny training run with data sinking and O2 mixed precision requested on CPU."""
-    run_dir = tmp_path_factory.mktemp("run")
-    out = run_entry("train.py", run_dir, cache_dir, "train.epochs=3", "train.no_aug_epochs=1",
-                    "train.lr_per_img=0.0025", "runtime.sink=true", "runtime.amp=O2")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return run_dir, out
-
-
 def test_run_folder_holds_every_artefact(trained):
     run_dir, _ = trained
-    for name in ("train.log", "results.csv", "results.png", "metrics.json", "detections.json",
-                 ".hydra/config.yaml", "checkpoints/last.ckpt", "checkpoints/best.ckpt"):
+    for name in (
+        "train.log",
+        "results.csv",
+        "results.png",
+        "metrics.json",
+        "detections.json",
+        ".hydra/config.yaml",
+        "checkpoints/last.ckpt",
+        "checkpoints/best.ckpt",
+    ):
         assert os.path.isfile(os.path.join(run_dir, name)), name
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[:3] == [
-        "best.ckpt", "epoch_0001.ckpt", "epoch_0002.ckpt"]
+        "best.ckpt",
+        "epoch_0001.ckpt",
+        "epoch_0002.ckpt",
+    ]
     assert any(f.startswith("events.out") for f in os.listdir(os.path.join(run_dir, "tensorboard")))
     metrics = json.load(open(os.path.join(run_dir, "metrics.json")))
     assert {"mAP", "mAP50", "mAP75", "per_class"} <= set(metrics)
@@ -89,9 +85,16 @@ def test_resume_continues_exactly(tmp_path, cache_dir):
 
 def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
     run_dir = tmp_path / "killed"
-    args = [sys.executable, "train.py", *TINY, f"data.cache_dir={cache_dir}",
-            f"hydra.run.dir={run_dir}", "train.epochs=3", "train.no_aug_epochs=0",
-            "data.num_train=48"]
+    args = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        f"data.cache_dir={cache_dir}",
+        f"hydra.run.dir={run_dir}",
+        "train.epochs=3",
+        "train.no_aug_epochs=0",
+        "data.num_train=48",
+    ]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = run_dir / "checkpoints" / "epoch_0001.ckpt"
     deadline = time.time() + 240
@@ -101,8 +104,15 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert first.exists() and not (run_dir / "checkpoints" / "epoch_0003.ckpt").exists()
-    out = run_entry("train.py", run_dir, cache_dir, "train.epochs=3", "train.no_aug_epochs=0",
-                    "data.num_train=48", "train.resume=auto")
+    out = run_entry(
+        "train.py",
+        run_dir,
+        cache_dir,
+        "train.epochs=3",
+        "train.no_aug_epochs=0",
+        "data.num_train=48",
+        "train.resume=auto",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     log = open(run_dir / "train.log").read()
     assert "after epoch 1" in log or "after epoch 2" in log

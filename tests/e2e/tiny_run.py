@@ -23,11 +23,18 @@ TINY = [
 ]
 
 
-def run_entry(script: str, run_dir, cache_dir, *overrides: str, timeout: int = 300,
-              tiny: bool = True) -> subprocess.CompletedProcess:
+def run_entry(
+    script: str, run_dir, cache_dir, *overrides: str, timeout: int = 300, tiny: bool = True
+) -> subprocess.CompletedProcess:
     """``python <script> <TINY> <overrides>`` with its run folder and dataset cache."""
-    args = [sys.executable, script, *(TINY if tiny else []), f"data.cache_dir={cache_dir}",
-            f"hydra.run.dir={run_dir}", *overrides]
+    args = [
+        sys.executable,
+        script,
+        *(TINY if tiny else []),
+        f"data.cache_dir={cache_dir}",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

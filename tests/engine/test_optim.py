@@ -11,8 +11,9 @@ from tests.torch_reference import require_yolox
 
 
 def test_schedule_shape_warmup_cosine_and_flat_tail():
-    lrs = yolox_lr_schedule(0.01, steps_per_epoch=10, epochs=20, warmup_epochs=2,
-                            no_aug_epochs=3, min_lr_ratio=0.05)
+    lrs = yolox_lr_schedule(
+        0.01, steps_per_epoch=10, epochs=20, warmup_epochs=2, no_aug_epochs=3, min_lr_ratio=0.05
+    )
     assert lrs.shape == (200,)
     assert lrs[0] == pytest.approx(0.01 * (1 / 20) ** 2)  # quadratic warm-up from 0
     assert lrs[19] == pytest.approx(0.01)  # end of warm-up: the full rate
@@ -25,8 +26,16 @@ def test_schedule_equals_yolox_scheduler():
     require_yolox()
     from yolox.utils.lr_scheduler import LRScheduler
 
-    ref = LRScheduler("yoloxwarmcos", 0.02, iters_per_epoch=7, total_epochs=12, warmup_epochs=2,
-                      warmup_lr_start=0.0, no_aug_epochs=3, min_lr_ratio=0.05)
+    ref = LRScheduler(
+        "yoloxwarmcos",
+        0.02,
+        iters_per_epoch=7,
+        total_epochs=12,
+        warmup_epochs=2,
+        warmup_lr_start=0.0,
+        no_aug_epochs=3,
+        min_lr_ratio=0.05,
+    )
     ours = yolox_lr_schedule(0.02, 7, 12, 2, 3, 0.05, 0.0)
     # YOLOX updates the rate before each step with the 1-based iteration count.
     np.testing.assert_allclose(ours, [ref.update_lr(i + 1) for i in range(7 * 12)], rtol=1e-6)

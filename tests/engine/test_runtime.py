@@ -60,8 +60,9 @@ def _isa_seen_by_fresh_process(env: dict) -> str:
         "import os; from engine.runtime import configure_process_env;"
         "configure_process_env('CPU'); print(os.environ.get('ONEDNN_MAX_CPU_ISA'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -78,7 +79,8 @@ def test_distributed_outside_a_launcher_names_the_scripts(tmp_path):
         "cfg.distributed = True; setup_runtime(cfg, '.')"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK"))}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode != 0
     assert "run_distributed_train.sh" in out.stderr

@@ -1,0 +1,130 @@
+"""eval.py and predict.py on a trained and on a PyTorch-converted checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+import subprocess
+import sys
+
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from tests.e2e.tiny_run import ROOT, run_entry
+from tests.torch_reference import require_yolox
+
+pytestmark = pytest.mark.slow
+
+
+def val_split(cache_dir):
+    root = next(p for p in cache_dir.iterdir() if p.name.startswith("shapes-"))
+    return root / "annotations" / "instances_val.json", root / "val"
+
+
+def test_eval_metrics_agree_with_independent_pycocotools(trained, cache_dir, tmp_path):
+    run_dir, _ = trained
+    # A barely trained model: a low threshold so that there are detections to score.
+    out = run_entry(
+        "eval.py",
+        tmp_path,
+        cache_dir,
+        f"ckpt={run_dir}/checkpoints/best.ckpt",
+        "eval.conf_thresh=0.0001",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "EMA weights" in open(tmp_path / "eval.log").read()
+    metrics = json.load(open(tmp_path / "metrics.json"))
+    detections = json.load(open(tmp_path / "detections.json"))
+    assert len(detections) > 0
+    ann, _ = val_split(cache_dir)
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(str(ann))
+        coco_eval = COCOeval(gt, gt.loadRes(str(tmp_path / "detections.json")), "bbox")
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+        coco_eval.summarize()
+    assert metrics["mAP"] == pytest.approx(coco_eval.stats[0], abs=1e-9)
+    assert metrics["mAP50"] == pytest.approx(coco_eval.stats[1], abs=1e-9)
+    assert metrics["images"] == len(gt.getImgIds())
+    # Category ids are the dataset's own (shapes uses 1, 3, 7), never training indices.
+    assert {d["category_id"] for d in detections} <= {1, 3, 7}
+
+
+def test_predict_writes_images_and_records_and_skips_broken_files(trained, cache_dir, tmp_path):
+    run_dir, _ = trained
+    _, images = val_split(cache_dir)
+    source = tmp_path / "images"
+    source.mkdir()
+    names = sorted(os.listdir(images))[:3]
+    for name in names:
+        (source / name).write_bytes((images / name).read_bytes())
+    (source / "broken.jpg").write_bytes((images / names[0]).read_bytes()[:500])
+    out_dir = tmp_path / "out"
+    out = run_entry(
+        "predict.py",
+        out_dir,
+        cache_dir,
+        f"ckpt={run_dir}/checkpoints/last.ckpt",
+        f"source={source}",
+        "eval.conf_thresh=0.0001",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    preds = json.load(open(out_dir / "predictions.json"))
+    assert sorted(preds) == names  # the broken file is reported and skipped
+    assert "broken.jpg" in open(out_dir / "predict.log").read()
+    assert sum(len(v) for v in preds.values()) > 0
+    for name in names:
+        assert (out_dir / name).is_file()
+        for rec in preds[name]:
+            assert set(rec) == {"bbox", "score", "category_id", "category_name"}
+            assert rec["category_name"] in {"disc", "rectangle", "triangle"}
+            assert rec["score"] >= 0.0001 and rec["bbox"][2] >= 0 and rec["bbox"][3] >= 0
+
+
+@pytest.mark.torch
+def test_predict_accepts_a_checkpoint_converted_from_pytorch(tmp_path, cache_dir):
+    require_yolox()
+    import torch
+
+    from models.reference import build_torch_yolox, calibrate
+    from models.yolox import load_model_config
+
+    pt = calibrate(build_torch_yolox(load_model_config("yolox_nano"), 80), img_size=128)
+    torch.save({"model": pt.state_dict()}, tmp_path / "nano.pth")
+    conv = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "models.convert",
+            "--model",
+            "yolox_nano",
+            "--src",
+            str(tmp_path / "nano.pth"),
+            "--dst",
+            str(tmp_path / "nano.ckpt"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert conv.returncode == 0, conv.stderr[-2000:]
+    _, images = val_split(cache_dir)
+    image = images / sorted(os.listdir(images))[0]
+    out = run_entry(
+        "predict.py",
+        tmp_path / "out",
+        cache_dir,
+        f"ckpt={tmp_path}/nano.ckpt",
+        f"source={image}",
+        "eval.conf_thresh=0.3",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    preds = json.load(open(tmp_path / "out" / "predictions.json"))
+    assert list(preds) == [image.name]
+    # 80 classes vs the 3-class shapes config: classes are numbered, ids are indices.
+    assert all(r["category_name"].startswith("class") for r in preds[image.name])
