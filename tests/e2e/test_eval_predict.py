@@ -6,9 +6,9 @@ import contextlib
 import io
 import json
 import os
-
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pycocotools.coco import COCO
@@ -36,9 +36,9 @@ def test_eval_metrics_agree_with_independent_pycocotools(trained, cache_dir, tmp
         "eval.conf_thresh=0.0001",
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "EMA weights" in open(tmp_path / "eval.log").read()
-    metrics = json.load(open(tmp_path / "metrics.json"))
-    detections = json.load(open(tmp_path / "detections.json"))
+    assert "EMA weights" in Path(tmp_path / "eval.log").read_text()
+    metrics = json.loads(Path(tmp_path / "metrics.json").read_text())
+    detections = json.loads(Path(tmp_path / "detections.json").read_text())
     assert len(detections) > 0
     ann, _ = val_split(cache_dir)
     with contextlib.redirect_stdout(io.StringIO()):
@@ -73,9 +73,9 @@ def test_predict_writes_images_and_records_and_skips_broken_files(trained, cache
         "eval.conf_thresh=0.0001",
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    preds = json.load(open(out_dir / "predictions.json"))
+    preds = json.loads(Path(out_dir / "predictions.json").read_text())
     assert sorted(preds) == names  # the broken file is reported and skipped
-    assert "broken.jpg" in open(out_dir / "predict.log").read()
+    assert "broken.jpg" in Path(out_dir / "predict.log").read_text()
     assert sum(len(v) for v in preds.values()) > 0
     for name in names:
         assert (out_dir / name).is_file()
@@ -124,7 +124,7 @@ def test_predict_accepts_a_checkpoint_converted_from_pytorch(tmp_path, cache_dir
         "eval.conf_thresh=0.3",
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    preds = json.load(open(tmp_path / "out" / "predictions.json"))
+    preds = json.loads(Path(tmp_path / "out" / "predictions.json").read_text())
     assert list(preds) == [image.name]
     # 80 classes vs the 3-class shapes config: classes are numbered, ids are indices.
     assert all(r["category_name"].startswith("class") for r in preds[image.name])

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -37,7 +38,7 @@ def test_run_folder_holds_every_artefact(trained):
         "epoch_0002.ckpt",
     ]
     assert any(f.startswith("events.out") for f in os.listdir(os.path.join(run_dir, "tensorboard")))
-    metrics = json.load(open(os.path.join(run_dir, "metrics.json")))
+    metrics = json.loads(Path(os.path.join(run_dir, "metrics.json")).read_text())
     assert {"mAP", "mAP50", "mAP75", "per_class"} <= set(metrics)
     assert set(metrics["per_class"]) == {"disc", "rectangle", "triangle"}
     rows = read_results(run_dir)
@@ -52,7 +53,7 @@ def test_loss_went_down_and_logs_tell_the_truth(trained):
     # Total loss of the augmented epochs (the no-aug epoch adds L1 and changes the data).
     assert rows[1]["loss_total"] < rows[0]["loss_total"]
     assert rows[0]["loss_l1"] == 0 and rows[-1]["loss_l1"] > 0  # L1 on in the no-aug epoch
-    log = open(os.path.join(run_dir, "train.log")).read()
+    log = Path(os.path.join(run_dir, "train.log")).read_text()
     assert "amp O2" in log and "cannot sink data on CPU" in log
     # LossMonitor counts real steps (6 per epoch) and TimeMonitor divides by them.
     assert "epoch: 1 step: 6, loss is" in out.stdout
@@ -75,7 +76,7 @@ def test_resume_continues_exactly(tmp_path, cache_dir):
     assert len(read_results(stopped)) == 1
     out = run_entry("train.py", stopped, cache_dir, *common, "train.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "resumed from" in open(os.path.join(stopped, "train.log")).read()
+    assert "resumed from" in Path(os.path.join(stopped, "train.log")).read_text()
     assert [r["epoch"] for r in read_results(stopped)] == [1, 2]
     a, b = final_weights(straight), final_weights(stopped)
     assert set(a) == set(b)
@@ -114,6 +115,6 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
         "train.resume=auto",
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    log = open(run_dir / "train.log").read()
+    log = Path(run_dir / "train.log").read_text()
     assert "after epoch 1" in log or "after epoch 2" in log
     assert [r["epoch"] for r in read_results(run_dir)] == [1, 2, 3]
