@@ -84,7 +84,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if tcfg.pretrained:
         used_ema = load_weights(net, str(tcfg.pretrained))
         log.info("initial weights from %s%s", tcfg.pretrained, " (EMA)" if used_ema else "")
-    _apply_amp(net, rt)
+    apply_amp(net, rt)
     loss = YOLOXLoss(
         num_classes,
         iou_weight=float(tcfg.loss.iou_weight),
@@ -109,7 +109,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         float(tcfg.min_lr_ratio),
         float(tcfg.warmup_lr),
     )
-    train_step = _build_train_step(net, loss, lrs, tcfg, rt)
+    train_step = build_train_step(net, loss, lrs, tcfg, rt)
 
     start_epoch, best_map = 0, -1.0
     if tcfg.resume:
@@ -188,7 +188,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     return evaluator.final(state) if evaluator is not None else {}
 
 
-def _apply_amp(net: nn.Cell, rt: Runtime) -> None:
+def apply_amp(net: nn.Cell, rt: Runtime) -> None:
     """Mixed precision on the network only (the loss computes in float32)."""
     if rt.amp_level == "O0":
         return
@@ -197,9 +197,10 @@ def _apply_amp(net: nn.Cell, rt: Runtime) -> None:
         ms.amp.auto_mixed_precision(net, rt.amp_level)
 
 
-def _build_train_step(
+def build_train_step(
     net: nn.Cell, loss: YOLOXLoss, lrs: np.ndarray, tcfg: Any, rt: Runtime
 ) -> TrainStep:
+    """The training step Cell: SGD, EMA and loss scaling as configured (bench/ uses it too)."""
     optimizer = build_optimizer(net, lrs, tcfg)
     ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
     reducer = None

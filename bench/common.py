@@ -1,0 +1,92 @@
+"""What every benchmark prints: the machine, the command, medians, peak memory, RESULT."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+from typing import Any
+
+import numpy as np
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, core count, load average, Python."""
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def print_header(title: str) -> None:
+    print(f"{title}\nmachine: {json.dumps(machine())}\ncommand: {' '.join(sys.argv)}", flush=True)
+
+
+def print_result(result: dict[str, Any]) -> None:
+    """The last line of every benchmark: ``RESULT {json}``."""
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def synthetic_batch(
+    batch: int, img: int, num_classes: int, max_objects: int, objects: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Images [B, 3, H, W] (0-255), YOLOX targets [B, M, 5] (class, cx, cy, w, h), mask [B, M].
+
+    The same arrays for msdet and the PyTorch original: ``objects`` boxes per image of
+    random size (8 px to half the image).
+    """
+    rng = np.random.default_rng(seed)
+    images = rng.uniform(0, 255, (batch, 3, img, img)).astype(np.float32)
+    targets = np.zeros((batch, max_objects, 5), np.float32)
+    mask = np.zeros((batch, max_objects), np.float32)
+    for b in range(batch):
+        w = rng.uniform(8, img / 2, objects)
+        h = rng.uniform(8, img / 2, objects)
+        targets[b, :objects] = np.stack(
+            [
+                rng.integers(0, num_classes, objects),
+                rng.uniform(w / 2, img - w / 2),
+                rng.uniform(h / 2, img - h / 2),
+                w,
+                h,
+            ],
+            1,
+        )
+        mask[b, :objects] = 1
+    return images, targets, mask
+
+
+def read_result(output: str) -> dict[str, Any]:
+    """The RESULT json of a benchmark's output."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    raise ValueError("no RESULT line in the benchmark output:\n" + output[-2000:])

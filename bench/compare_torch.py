@@ -1,0 +1,171 @@
+"""msdet side by side with the PyTorch original (YOLOX 0.3.0), alternating runs.
+
+    python -m bench.compare_torch [--model yolox_nano] [--batch 8] [--img 320] [--infer-img 416]
+                                  [--rounds 3] [--steps 15]
+
+Each round runs, in fresh processes, the original's training step, msdet's, then both
+inference benchmarks (forward + NMS/postprocess), alternating so that machine noise hits
+both sides alike. Reports the median of each side over the rounds, peak RSS, and ratios
+(> 1: msdet is faster / leaner). Same model size, batch, image size and number of targets
+on both sides; msdet pads targets to ``--max-objects`` (its static shapes), the original
+loops over the real ones. The last line is ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+
+from bench.common import print_header, print_result, read_result
+
+
+def run(cmd: list[str]) -> dict:
+    out = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return read_result(out.stdout)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="yolox_nano")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--img", type=int, default=320)
+    parser.add_argument("--infer-img", type=int, default=416)
+    parser.add_argument("--objects", type=int, default=5)
+    parser.add_argument("--max-objects", type=int, default=50)
+    parser.add_argument("--num-classes", type=int, default=80)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--amp", default="O0", help="msdet runtime.amp")
+    args = parser.parse_args(argv)
+    print_header("msdet vs PyTorch YOLOX, side by side")
+
+    common = ["--steps", str(args.steps), "--num-classes", str(args.num_classes)]
+    torch_train = [
+        "bench.torch_step",
+        "--model",
+        args.model,
+        "--batch",
+        str(args.batch),
+        "--img",
+        str(args.img),
+        "--objects",
+        str(args.objects),
+        "--max-objects",
+        str(args.max_objects),
+        *common,
+    ]
+    ms_train = [
+        "bench.train_step",
+        *common,
+        "--objects",
+        str(args.objects),
+        f"model={args.model}",
+        f"train.batch_size={args.batch}",
+        f"data.img_size=[{args.img},{args.img}]",
+        f"data.max_objects={args.max_objects}",
+        f"runtime.amp={args.amp}",
+    ]
+    torch_infer = [
+        "bench.torch_step",
+        "--infer",
+        "--model",
+        args.model,
+        "--batch",
+        str(args.batch),
+        "--img",
+        str(args.infer_img),
+        *common,
+    ]
+    ms_infer = [
+        "bench.train_step",
+        "--infer",
+        *common,
+        f"model={args.model}",
+        f"eval.batch_size={args.batch}",
+        f"eval.img_size=[{args.infer_img},{args.infer_img}]",
+    ]
+
+    runs: dict[str, list[dict]] = {
+        "torch_train": [],
+        "ms_train": [],
+        "torch_infer": [],
+        "ms_infer": [],
+    }
+    for r in range(args.rounds):
+        for key, cmd in (
+            ("torch_train", torch_train),
+            ("ms_train", ms_train),
+            ("torch_infer", torch_infer),
+            ("ms_infer", ms_infer),
+        ):
+            res = run(cmd)
+            runs[key].append(res)
+            print(
+                f"round {r + 1} {key:<12} {res.get('step_s', res.get('batch_s'))} s  "
+                f"{res['images_per_s']} img/s  peak RSS {res['peak_rss_mb']} MiB",
+                flush=True,
+            )
+
+    def med(key: str, field: str) -> float:
+        return statistics.median(x[field] for x in runs[key])
+
+    result = {
+        "model": args.model,
+        "batch": args.batch,
+        "train_img": args.img,
+        "infer_img": args.infer_img,
+        "objects": args.objects,
+        "rounds": args.rounds,
+        "msdet_amp": args.amp,
+        "train_step_s": {
+            "pytorch": med("torch_train", "step_s"),
+            "msdet": med("ms_train", "step_s"),
+        },
+        "train_images_per_s": {
+            "pytorch": med("torch_train", "images_per_s"),
+            "msdet": med("ms_train", "images_per_s"),
+        },
+        "infer_images_per_s": {
+            "pytorch": med("torch_infer", "images_per_s"),
+            "msdet": med("ms_infer", "images_per_s"),
+        },
+        "train_peak_rss_mb": {
+            "pytorch": med("torch_train", "peak_rss_mb"),
+            "msdet": med("ms_train", "peak_rss_mb"),
+        },
+        "first_step_s": {
+            "pytorch": med("torch_train", "first_step_s"),
+            "msdet": med("ms_train", "first_step_s"),
+        },
+    }
+    result["ratio_train_speed"] = round(
+        result["train_step_s"]["pytorch"] / result["train_step_s"]["msdet"], 3
+    )
+    result["ratio_infer_speed"] = round(
+        result["infer_images_per_s"]["msdet"] / result["infer_images_per_s"]["pytorch"], 3
+    )
+    result["ratio_train_memory"] = round(
+        result["train_peak_rss_mb"]["pytorch"] / result["train_peak_rss_mb"]["msdet"], 3
+    )
+    print(
+        f"train step: PyTorch {result['train_step_s']['pytorch']:.3f} s, msdet "
+        f"{result['train_step_s']['msdet']:.3f} s -> speed ratio {result['ratio_train_speed']}"
+    )
+    print(
+        f"inference at {args.infer_img}: PyTorch {result['infer_images_per_s']['pytorch']} img/s, "
+        f"msdet {result['infer_images_per_s']['msdet']} img/s -> ratio {result['ratio_infer_speed']}"
+    )
+    print(
+        f"peak RSS (train): PyTorch {result['train_peak_rss_mb']['pytorch']} MiB, msdet "
+        f"{result['train_peak_rss_mb']['msdet']} MiB -> ratio {result['ratio_train_memory']}"
+    )
+    print_result(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

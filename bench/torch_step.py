@@ -1,0 +1,115 @@
+"""The PyTorch original's (YOLOX 0.3.0) training step or inference, for side-by-side runs.
+
+    python -m bench.torch_step [--model yolox_nano] [--batch 8] [--img 320] [--steps 20]
+    python -m bench.torch_step --infer [--img 416]
+
+The step is what YOLOX's trainer does per iteration: forward with targets (SimOTA loss),
+backward, SGD (nesterov, YOLOX's parameter groups) and the EMA update; inference is the
+eval-mode forward plus ``yolox.utils.postprocess``. Same synthetic batch as
+``bench.train_step`` (bench.common.synthetic_batch). Last line: ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from bench.common import median, peak_rss_mb, print_header, print_result, synthetic_batch
+from models.reference import build_torch_yolox, import_yolox
+from models.yolox import load_model_config
+
+
+def yolox_optimizer(model, lr: float = 0.01):
+    """SGD with YOLOX's three parameter groups (BN weights, other weights with decay, biases)."""
+    import torch
+    from torch import nn
+
+    pg0, pg1, pg2 = [], [], []
+    for k, v in model.named_modules():
+        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
+            pg2.append(v.bias)
+        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
+            pg0.append(v.weight)
+        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
+            pg1.append(v.weight)
+    opt = torch.optim.SGD(pg0, lr=lr, momentum=0.9, nesterov=True)
+    opt.add_param_group({"params": pg1, "weight_decay": 5e-4})
+    opt.add_param_group({"params": pg2})
+    return opt
+
+
+def timed(fn, steps: int, warmup: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return first, median(times)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="yolox_nano")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--img", type=int, default=320)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--objects", type=int, default=5)
+    parser.add_argument("--max-objects", type=int, default=120)
+    parser.add_argument("--num-classes", type=int, default=80)
+    parser.add_argument("--infer", action="store_true")
+    args = parser.parse_args(argv)
+    import_yolox()
+    import torch
+    from yolox.utils import ModelEMA, postprocess
+
+    print_header("PyTorch YOLOX " + ("inference" if args.infer else "training step"))
+    model = build_torch_yolox(load_model_config(args.model), args.num_classes)
+    images, targets, mask = synthetic_batch(
+        args.batch, args.img, args.num_classes, args.max_objects, 0 if args.infer else args.objects
+    )
+    x = torch.from_numpy(images)
+    if args.infer:
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                postprocess(model(x), args.num_classes, 0.01, 0.65)
+    else:
+        model.train()
+        labels = torch.from_numpy(targets * mask[..., None])
+        opt, ema = yolox_optimizer(model), ModelEMA(model, 0.9998)
+
+        def step():
+            loss = model(x, labels)["total_loss"]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            ema.update(model)
+
+    first, t = timed(step, args.steps, args.warmup)
+    result = {
+        "kind": "inference" if args.infer else "train_step",
+        "framework": "pytorch",
+        "model": args.model,
+        "batch": args.batch,
+        "img_size": args.img,
+        "threads": torch.get_num_threads(),
+        "first_step_s": round(first, 3),
+        ("batch_s" if args.infer else "step_s"): round(t, 4),
+        "images_per_s": round(args.batch / t, 2),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "steps": args.steps,
+    }
+    if not args.infer:
+        result.update(objects=args.objects, max_objects=args.max_objects)
+    print_result(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
