@@ -393,6 +393,29 @@ class StopAtEpoch(EpochCallback):
             run_context.request_stop()
 
 
+class TimeLimit(EpochCallback):
+    """Ends the run at the end of the last epoch that fits in ``minutes`` of training.
+
+    Stops after an epoch when another epoch (at the mean epoch time so far) would cross
+    the limit; the schedule of ``train.epochs`` is unchanged.
+    """
+
+    def __init__(self, state: TrainState, minutes: float):
+        super().__init__(state)
+        self.limit = float(minutes) * 60.0
+        self.start = time.time()
+        self.epochs_run = 0
+
+    def end_epoch(self, epoch, run_context):
+        self.epochs_run += 1
+        spent = time.time() - self.start
+        per_epoch = spent / self.epochs_run
+        if epoch < self.state.epochs and spent + per_epoch > self.limit:
+            log.info("train.time_limit_min=%g: stopping after epoch %d (%.1f min spent)",
+                     self.limit / 60, epoch, spent / 60)
+            run_context.request_stop()
+
+
 class UnreadableImagesReport(EpochCallback):
     """Prints how many training images could not be read (and were replaced) this epoch."""
 

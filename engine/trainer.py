@@ -34,6 +34,7 @@ from engine.callbacks import (
     StepStats,
     StopAtEpoch,
     TensorBoardCallback,
+    TimeLimit,
     TrainState,
     UnreadableImagesReport,
 )
@@ -271,6 +272,11 @@ def _build_callbacks(
         ]
     if tcfg.stop_at_epoch:
         cbs.append(StopAtEpoch(state, int(tcfg.stop_at_epoch)))  # after the checkpoint
+    if tcfg.time_limit_min:
+        if rt.distributed:  # ranks could disagree on the last epoch and deadlock
+            log.warning("train.time_limit_min is not supported with several ranks")
+        else:
+            cbs.append(TimeLimit(state, float(tcfg.time_limit_min)))
     if int(cfg.runtime.profile_steps) > 0 and rt.is_main:
         cbs.append(
             ProfilerCallback(os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps))
