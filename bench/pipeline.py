@@ -25,23 +25,11 @@ configure_process_env("CPU")  # before MindSpore loads (imported by data.pipelin
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from bench.common import CONFIG_DIR, cpu_model  # noqa: E402
 from data.build import build_sources  # noqa: E402
 from data.pipeline import build_train_dataset  # noqa: E402
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 WORKER_SETTINGS = (("1 worker", 1, False), ("2 threads", 2, False), ("2 processes", 2, True))
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def measure(data_cfg, source, batch: int, batches: int, warmup: int) -> float:
