@@ -101,7 +101,9 @@ class StepStats(EpochCallback):
     """Accumulates the loss terms of every step; stops on a non-finite loss.
 
     fp32: the first non-finite loss stops the run, naming the epoch, the step, the loss
-    term and the first parameter that is no longer finite. With dynamic loss scaling an
+    term and the first parameter that is no longer finite (the training step skips the
+    update of a non-finite loss, so that is the parameter that caused it, not every weight
+    the NaN gradient would have reached). With dynamic loss scaling an
     overflowed step was skipped by the training step; ``max_overflows`` in a row stop it.
     """
 
@@ -150,13 +152,19 @@ class StepStats(EpochCallback):
         if self.check_finite and not all(math.isfinite(v) for v in losses.values()):
             bad = [k for k, v in losses.items() if not math.isfinite(v)]
             param = first_nonfinite_parameter(self.network)
+            if param is None:
+                # Finite weights gave a non-finite loss: overflow in the forward pass.
+                name, value = largest_parameter(self.network)
+                param = (
+                    f"none (the forward pass produced it; largest |weight| {value:.3g} in {name})"
+                )
             self._fail(
                 run_context,
                 (
                     f"non-finite loss at epoch {st.epoch}, step {step_in_epoch}: "
                     f"{', '.join(f'{k}={losses[k]}' for k in bad)}; first non-finite parameter: "
-                    f"{param or 'none (the forward pass produced it)'}. The last good checkpoint "
-                    "is kept; lower the learning rate or check the data."
+                    f"{param}. The last good checkpoint is kept; lower the learning rate or "
+                    "check the data."
                 ),
             )
             return
@@ -169,6 +177,13 @@ class StepStats(EpochCallback):
         self.state.failure = message
         log.error(message)
         run_context.request_stop()
+
+
+def largest_parameter(network) -> tuple[str, float]:
+    """(name, max |value|) of the parameter with the largest magnitude."""
+    sizes = {name: float(np.abs(p.asnumpy()).max()) for name, p in network.parameters_and_names()}
+    name = max(sizes, key=sizes.get)
+    return name, sizes[name]
 
 
 def first_nonfinite_parameter(network) -> str | None:
@@ -411,8 +426,12 @@ class TimeLimit(EpochCallback):
         spent = time.time() - self.start
         per_epoch = spent / self.epochs_run
         if epoch < self.state.epochs and spent + per_epoch > self.limit:
-            log.info("train.time_limit_min=%g: stopping after epoch %d (%.1f min spent)",
-                     self.limit / 60, epoch, spent / 60)
+            log.info(
+                "train.time_limit_min=%g: stopping after epoch %d (%.1f min spent)",
+                self.limit / 60,
+                epoch,
+                spent / 60,
+            )
             run_context.request_stop()
 
 
@@ -430,54 +449,102 @@ class UnreadableImagesReport(EpochCallback):
 
 
 class ProfilerCallback(Callback):
-    """Profiles training steps ``[start, start + steps)`` with MindSpore's profiler and
-    prints the operators that took the most time."""
+    """Profiles ``steps`` training steps with ``mindspore.profiler.profile`` and prints the
+    operator types that took the most time (:func:`top_operators`).
 
-    def __init__(self, output_dir: str, steps: int, start: int = 2, top: int = 15):
+    Profiling starts at step ``start`` (>= 2: step 1 compiles the graph) with one warm-up
+    step that is not recorded, so steps ``start + 1 .. start + steps`` are measured. The
+    trace lands in ``output_dir/<host>_<pid>_<time>_ascend_ms/`` (MindSpore's layout on
+    every device; MindStudio Insight reads it).
+    """
+
+    def __init__(
+        self, output_dir: str, steps: int, device: str = "CPU", start: int = 2, top: int = 15
+    ):
         super().__init__()
-        self.output_dir, self.steps, self.start, self.top = output_dir, steps, start, top
+        self.output_dir, self.steps, self.device = output_dir, int(steps), device
+        self.start, self.top = max(int(start), 2), top
         self.profiler = None
         self.done = False
 
     def on_train_step_begin(self, run_context):
         step = run_context.original_args().cur_step_num
         if self.profiler is None and not self.done and step >= self.start:
-            import mindspore as ms
-
-            self.profiler = ms.Profiler(output_path=self.output_dir)
-            self.first = step
+            self.profiler = _start_profiler(self.output_dir, self.steps, self.device)
+            self.seen = 0
 
     def on_train_step_end(self, run_context):
-        step = run_context.original_args().cur_step_num
-        if self.profiler is not None and step >= self.first + self.steps - 1:
+        if self.profiler is None:
+            return
+        self.profiler.step()  # the schedule writes and analyses the trace after the last one
+        self.seen += 1
+        if self.seen > self.steps:  # the warm-up step, then `steps` recorded ones
             self._finish()
 
     def on_train_end(self, run_context):
         if self.profiler is not None:
             self._finish()
+        elif not self.done:
+            log.warning(
+                "runtime.profile_steps: the run ended before step %d; nothing was profiled",
+                self.start,
+            )
 
     def _finish(self):
-        self.profiler.analyse()
+        self.profiler.stop()
         self.profiler = None
         self.done = True
         print(top_operators(self.output_dir, self.top))
 
 
+def _start_profiler(output_dir: str, steps: int, device: str):
+    """``mindspore.profiler.profile`` (the replacement of the deprecated ``mindspore.Profiler``)
+    recording host operators, plus device kernels on Ascend/GPU."""
+    from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU]
+    if device == "Ascend":
+        activities.append(ProfilerActivity.NPU)
+    elif device == "GPU":
+        activities.append(ProfilerActivity.GPU)
+    # Constructing it starts collection (start_profile=True); the schedule counts steps.
+    return profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1, skip_first=0),
+        on_trace_ready=tensorboard_trace_handler(output_dir),
+    )
+
+
+# Per-operator-type statistics the profiler writes: (file pattern, type column, total time
+# column, milliseconds per unit). CPU: measured with MindSpore 2.10. Ascend: CANN's
+# op_statistic file as documented (not measured here).
+OP_STATISTICS = (
+    ("cpu_op_type_info_*.csv", "op_type", "total_compute_time", 1.0),
+    ("op_statistic*.csv", "OP Type", "Total Time(us)", 1e-3),
+)
+
+
 def top_operators(profile_dir: str, top: int = 15) -> str:
-    """A table of the operator types that took the most time in a profile folder."""
+    """A table of the operator types that took the most time in a profile folder (the
+    newest statistics file found under it)."""
     import glob
 
-    files = glob.glob(os.path.join(profile_dir, "**", "cpu_op_type_info_*.csv"), recursive=True)
-    if not files:
+    found = [
+        (glob.glob(os.path.join(profile_dir, "**", fmt[0]), recursive=True), fmt)
+        for fmt in OP_STATISTICS
+    ]
+    found = [(files, fmt) for files, fmt in found if files]
+    if not found:
         return f"no operator statistics found under {profile_dir}"
+    files, (_, type_col, time_col, to_ms) = found[0]
+    path = max(files, key=os.path.getmtime)
     totals: dict[str, float] = {}
-    with open(files[0], encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            totals[row["op_type"]] = totals.get(row["op_type"], 0.0) + float(
-                row["total_compute_time"]
-            )
+            name = row[type_col]
+            totals[name] = totals.get(name, 0.0) + float(row[time_col]) * to_ms
     grand = sum(totals.values()) or 1.0
-    lines = [f"Top operators by time ({files[0]}):", f"{'operator':<30} {'ms':>10} {'share':>7}"]
+    lines = [f"Top operators by time ({path}):", f"{'operator':<30} {'ms':>10} {'share':>7}"]
     for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"{name:<30} {ms:>10.1f} {100 * ms / grand:>6.1f}%")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,17 @@ ONEDNN_ISA_VALUE = "AVX2"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
+# runtime.save_graphs=true: MindSpore's level 1 writes the IR after every compiler pass
+# (a tiny nano run: 625 files, 2.5 GB; filtered as below: 32 entries, 164 MB). Unless
+# MS_DEV_DUMP_IR_PASSES is already set, keep the stages worth reading: after type inference
+# (every node's shape and dtype), the final front-end graph and the backend's kernel graph.
+# runtime.save_graphs=2 or 3 dumps every pass.
+IR_PASSES_VAR = "MS_DEV_DUMP_IR_PASSES"
+IR_PASSES_VALUE = "type_inference,validate,graph_build"
+# A failed graph compile writes MindSpore's analysis here, relative to the working
+# directory whatever MS_DEV_SAVE_GRAPHS_PATH says (see collect_compile_failure).
+ANALYZE_FAIL_GLOB = os.path.join("rank_*", "om", "analyze_fail.ir")
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -41,6 +53,7 @@ class Runtime:
     world_size: int = 1
     device_id: int = 0
     run_dir: str = "."
+    sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
 
     @property
     def is_main(self) -> bool:
@@ -83,11 +96,15 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def configure_process_env(device: str, save_graphs_dir: str | None = None) -> dict[str, str]:
+def configure_process_env(
+    device: str, save_graphs_dir: str | None = None, save_graphs_level: int = 1
+) -> dict[str, str]:
     """Set environment variables that MindSpore reads when it loads.
 
-    On CPU, cap oneDNN at AVX2 unless the user already chose a value. Returns the
-    variables this call set (for logging and tests).
+    On CPU, cap oneDNN at AVX2 unless the user already chose a value. With
+    ``save_graphs_dir``, compiled graphs' IR is written there (``save_graphs_level`` 1:
+    the stages in :data:`IR_PASSES_VALUE`; 2 or 3: every pass, 3 adds .dot files).
+    Returns the variables this call set (for logging and tests).
     """
     changed: dict[str, str] = {}
     if device == "CPU" and ONEDNN_ISA_VAR not in os.environ:
@@ -96,12 +113,26 @@ def configure_process_env(device: str, save_graphs_dir: str | None = None) -> di
     if save_graphs_dir:
         os.makedirs(save_graphs_dir, exist_ok=True)
         for key, value in (
-            ("MS_DEV_SAVE_GRAPHS", "1"),
+            ("MS_DEV_SAVE_GRAPHS", str(int(save_graphs_level))),
             ("MS_DEV_SAVE_GRAPHS_PATH", save_graphs_dir),
         ):
             os.environ[key] = value
             changed[key] = value
+        if int(save_graphs_level) == 1 and IR_PASSES_VAR not in os.environ:
+            os.environ[IR_PASSES_VAR] = changed[IR_PASSES_VAR] = IR_PASSES_VALUE
     return changed
+
+
+def collect_compile_failure(run_dir: str, since: float) -> str | None:
+    """Move MindSpore's ``analyze_fail.ir`` written since ``since`` (a time.time()) from the
+    working directory into ``run_dir``; returns its new path, or None when there is none."""
+    fresh = [p for p in glob.glob(ANALYZE_FAIL_GLOB) if os.path.getmtime(p) >= since]
+    if not fresh:
+        return None
+    dst = os.path.join(run_dir, "analyze_fail.ir")
+    os.makedirs(run_dir, exist_ok=True)
+    shutil.move(max(fresh, key=os.path.getmtime), dst)
+    return dst
 
 
 def resolve_amp(level: str, device: str) -> str:
@@ -129,8 +160,17 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     device = resolve_device(cfg.device)
     if cfg.mode not in MODES:
         raise ValueError(f"runtime.mode must be one of {MODES}, got {cfg.mode!r}")
-    graphs_dir = os.path.join(run_dir, "graphs") if cfg.save_graphs else None
-    changed = configure_process_env(device, graphs_dir)
+    launcher_role = os.environ.get("MS_ROLE")
+    if launcher_role and not cfg.distributed:
+        # Under msrun every worker (and the scheduler) runs this script: without init()
+        # each would train alone and all would write into the same run folder.
+        raise ValueError(
+            f"launched by msrun (MS_ROLE={launcher_role}) but runtime.distributed=false: "
+            "use scripts/run_distributed_train.sh, which sets runtime.distributed=true"
+        )
+    graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
+    graphs_dir = os.path.join(run_dir, "graphs") if graphs_level else None
+    changed = configure_process_env(device, graphs_dir, graphs_level)
 
     import mindspore as ms  # after the environment is prepared
 
@@ -148,7 +188,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     rank, world = 0, 1
     if cfg.distributed:
-        rank, world = _init_distributed(ms, device, sync_bn=bool(cfg.get("sync_bn", False)))
+        rank, world = _init_distributed(ms, device)
+    sync_bn = _resolve_sync_bn(bool(cfg.get("sync_bn", False)), device, world)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
@@ -164,17 +205,19 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         world_size=world,
         device_id=device_id,
         run_dir=run_dir,
+        sync_bn=sync_bn,
     )
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
     return rt
 
 
-def _init_distributed(ms: Any, device: str, sync_bn: bool) -> tuple[int, int]:
+def _init_distributed(ms: Any, device: str) -> tuple[int, int]:
     """Initialise collectives (HCCL on Ascend, NCCL on GPU, mccl on CPU) for data parallel.
 
     Must run under a launcher (msrun, or a rank table on Ascend); MindSpore's own error
-    is replaced by one that names the launch scripts.
+    is replaced by one that names the launch scripts. Ranks other than 0 stop writing the
+    run folder's log file (their console output is the launcher's per-rank log).
     """
     from mindspore.communication import get_group_size, get_rank, init
 
@@ -193,6 +236,61 @@ def _init_distributed(ms: Any, device: str, sync_bn: bool) -> tuple[int, int]:
         gradients_mean=True,
         device_num=world,
     )
-    if sync_bn and device != "Ascend":
-        log.warning("runtime.sync_bn is only supported on Ascend; using per-rank BatchNorm")
+    if rank != 0:
+        _close_file_logs()
+    log.info("data parallel: rank %d of %d (pid %d, %s)", rank, world, os.getpid(), device)
     return rank, world
+
+
+def _close_file_logs() -> None:
+    """Detach the root logger's file handlers (Hydra's <run dir>/<job>.log): rank 0 owns it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+            handler.close()
+
+
+def _resolve_sync_bn(requested: bool, device: str, world: int) -> bool:
+    """SyncBatchNorm only where MindSpore has it (Ascend) and only when there are ranks."""
+    if not requested:
+        return False
+    if device != "Ascend":
+        log.warning("runtime.sync_bn is only supported on Ascend; using per-rank BatchNorm")
+        return False
+    if world < 2:
+        log.info("runtime.sync_bn: a single rank has nothing to sync; using BatchNorm")
+        return False
+    return True
+
+
+def convert_sync_batchnorm(network: Any) -> int:
+    """Replace every ``nn.BatchNorm2d`` in ``network`` by an ``nn.SyncBatchNorm`` (all ranks).
+
+    Keeps eps, momentum and the current values of gamma/beta/moving statistics, and the
+    parameter names (checkpoints stay interchangeable with plain BatchNorm). Call after
+    :func:`setup_runtime` initialised the ranks and before building the optimizer/EMA.
+    Returns how many layers were replaced.
+    """
+    from mindspore import nn
+
+    replaced = 0
+    for _, cell in list(network.cells_and_names()):
+        for child_name, child in list(cell.name_cells().items()):
+            if type(child) is not nn.BatchNorm2d:
+                continue
+            sync = nn.SyncBatchNorm(
+                child.num_features,
+                eps=child.eps,
+                momentum=1.0 - child.momentum,  # _BatchNorm stores 1 - momentum
+                affine=child.gamma.requires_grad,
+            )
+            setattr(cell, child_name, sync)
+            # Attaching a Cell names its parameters relative to the parent only ("bn.gamma"):
+            # give them back the full names checkpoints and the optimizer groups rely on.
+            for attr in ("gamma", "beta", "moving_mean", "moving_variance"):
+                src, dst = getattr(child, attr), getattr(sync, attr)
+                dst.set_data(src.data.copy())
+                dst.name = src.name
+            replaced += 1
+    return replaced

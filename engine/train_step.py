@@ -47,7 +47,10 @@ class ModelEMA(nn.Cell):
         params = list(network.get_parameters())
         self.sources = ParameterTuple(params)
         self.averages = ParameterTuple(
-            [Parameter(p.data.copy(), name=EMA_PREFIX + p.name, requires_grad=False) for p in params]
+            [
+                Parameter(p.data.copy(), name=EMA_PREFIX + p.name, requires_grad=False)
+                for p in params
+            ]
         )
         self.updates = Parameter(
             ms.Tensor(0.0, ms.float32), name="ema_updates", requires_grad=False
@@ -70,7 +73,9 @@ class TrainStep(nn.Cell):
 
     ``loss_scale``: the (initial) scale; ``dynamic_scale`` enables overflow detection,
     skipping and scale adjustment (halve on overflow, double after ``scale_window`` good
-    steps). ``clip_norm`` <= 0 disables gradient clipping.
+    steps). ``clip_norm`` <= 0 disables gradient clipping. ``skip_nonfinite`` (without
+    dynamic scaling): a step whose loss is NaN/Inf updates nothing, so the weights stay
+    those that produced it and a stop on that loss can name the parameter at fault.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class TrainStep(nn.Cell):
         clip_norm: float = 0.0,
         grad_reducer: nn.Cell | None = None,
         scale_window: int = 2000,
+        skip_nonfinite: bool = False,
     ):
         super().__init__(auto_prefix=False)
         self.net_with_loss = net_with_loss
@@ -91,6 +97,7 @@ class TrainStep(nn.Cell):
         self.ema = ema
         self.use_ema = ema is not None
         self.dynamic_scale = dynamic_scale
+        self.skip_nonfinite = skip_nonfinite
         self.clip_norm = float(clip_norm or 0.0)
         self.grad_reducer = grad_reducer if grad_reducer is not None else ops.identity
         self.scale = Parameter(
@@ -121,6 +128,11 @@ class TrainStep(nn.Cell):
             if finite:
                 self._apply(grads)
             self._adjust_scale(finite)
+        elif self.skip_nonfinite:
+            finite = ops.isfinite(losses[0])
+            overflow = ops.logical_not(finite)
+            if finite:
+                self._apply(grads)
         else:
             overflow = ms.Tensor(False)
             self._apply(grads)

@@ -12,6 +12,7 @@ import csv
 import logging
 import os
 import shutil
+import time
 from typing import Any
 
 import cv2
@@ -48,7 +49,7 @@ from engine.checkpoint import (
 )
 from engine.evaluator import evaluate_on_dataset
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
-from engine.runtime import Runtime
+from engine.runtime import Runtime, collect_compile_failure, convert_sync_batchnorm
 from engine.train_step import ModelEMA, TrainStep
 from models.checkpoint import load_weights, network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
@@ -82,6 +83,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     )
 
     net = build_model(cfg.model, num_classes)
+    if rt.sync_bn:
+        synced = convert_sync_batchnorm(net)
+        log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
     if tcfg.pretrained:
         used_ema = load_weights(net, str(tcfg.pretrained))
         log.info("initial weights from %s%s", tcfg.pretrained, " (EMA)" if used_ema else "")
@@ -110,7 +114,11 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         float(tcfg.min_lr_ratio),
         float(tcfg.warmup_lr),
     )
-    train_step = build_train_step(net, loss, lrs, tcfg, rt)
+    # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
+    # the weights that produced it, so the stop names the parameter at fault.
+    train_step = build_train_step(
+        net, loss, lrs, tcfg, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
 
     start_epoch, best_map = 0, -1.0
     if tcfg.resume:
@@ -176,14 +184,22 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         )
 
     model = Model(train_step)
-    model.train(
-        epochs * sinks_per_epoch,
-        dataset,
-        callbacks=callbacks,
-        dataset_sink_mode=rt.sink,
-        sink_size=steps_per_sink,
-        initial_epoch=start_epoch * sinks_per_epoch,
-    )
+    started = time.time()
+    try:
+        model.train(
+            epochs * sinks_per_epoch,
+            dataset,
+            callbacks=callbacks,
+            dataset_sink_mode=rt.sink,
+            sink_size=steps_per_sink,
+            initial_epoch=start_epoch * sinks_per_epoch,
+        )
+    except Exception:
+        # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
+        analysis = collect_compile_failure(rt.run_dir, started)
+        if analysis:
+            log.error("graph compilation failed; MindSpore's analysis: %s", analysis)
+        raise
     if state.failure:
         raise TrainingFailedError(state.failure)
     return evaluator.final(state) if evaluator is not None else {}
@@ -199,9 +215,17 @@ def apply_amp(net: nn.Cell, rt: Runtime) -> None:
 
 
 def build_train_step(
-    net: nn.Cell, loss: YOLOXLoss, lrs: np.ndarray, tcfg: Any, rt: Runtime
+    net: nn.Cell,
+    loss: YOLOXLoss,
+    lrs: np.ndarray,
+    tcfg: Any,
+    rt: Runtime,
+    skip_nonfinite: bool = False,
 ) -> TrainStep:
-    """The training step Cell: SGD, EMA and loss scaling as configured (bench/ uses it too)."""
+    """The training step Cell: SGD, EMA and loss scaling as configured (bench/ uses it too).
+
+    ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``).
+    """
     optimizer = build_optimizer(net, lrs, tcfg)
     ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
     reducer = None
@@ -216,6 +240,7 @@ def build_train_step(
         dynamic_scale=rt.uses_dynamic_loss_scale,
         clip_norm=tcfg.clip_grad_norm or 0.0,
         grad_reducer=reducer,
+        skip_nonfinite=skip_nonfinite,
     )
     step.set_train(True)
     return step
@@ -279,7 +304,9 @@ def _build_callbacks(
             cbs.append(TimeLimit(state, float(tcfg.time_limit_min)))
     if int(cfg.runtime.profile_steps) > 0 and rt.is_main:
         cbs.append(
-            ProfilerCallback(os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps))
+            ProfilerCallback(
+                os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps), rt.device
+            )
         )
     return cbs
 

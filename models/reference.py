@@ -114,7 +114,7 @@ def build_torch_yolox(model_cfg: Any, num_classes: int, seed: int = 0):
     return model
 
 
-def calibrate(model, img_size: int = 320, num_images: int = 4, seed: int = 0):
+def calibrate(model, img_size: int = 320, num_images: int = 4, seed: int = 0, images=None):
     """Make a random-init model's outputs non-degenerate, in place.
 
     Random-init YOLOX predicts the prior (0.01) for every class and anchor, and its default
@@ -122,11 +122,16 @@ def calibrate(model, img_size: int = 320, num_images: int = 4, seed: int = 0):
     statistics are set, in execution order, to those of its input on a batch of random
     images as the already calibrated layers before it produce them in eval mode; then the
     objectness and class biases are spread (N(-2, 1.5) per channel) so scores differ.
+    ``images`` (``[N, 3, H, W]`` float32, 0-255) calibrates on those instead: a network
+    calibrated on noise can overflow (exp of box sizes) on a real picture.
     """
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    images = torch.rand(num_images, 3, img_size, img_size, generator=gen) * 255
+    if images is None:
+        images = torch.rand(num_images, 3, img_size, img_size, generator=gen) * 255
+    else:
+        images = torch.as_tensor(images, dtype=torch.float32)
 
     def set_stats(bn, inputs):
         x = inputs[0]

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Evaluate a checkpoint (COCO mAP on the val split) on one card or on the CPU:
+#
+#   scripts/run_eval.sh CKPT [key=value overrides for eval.py ...]
+#   scripts/run_eval.sh outputs/2026-01-01/10-00-00/checkpoints/best.ckpt data=coco data.root=/data/coco
+#
+# Give the model and data the checkpoint was trained with (model=..., data=...). DEVICE_ID
+# picks the Ascend card (default 0). The run folder (hydra.run.dir=... or a new
+# outputs/<date>/<time>) gets metrics.json, detections.json, eval.log, launch.txt and
+# console.log.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(dirname "${SCRIPT_DIR}")
+# shellcheck source=scripts/common.sh
+source "${SCRIPT_DIR}/common.sh"
+
+case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+        exit 0
+        ;;
+    "")
+        msdet_die "CKPT is missing: scripts/run_eval.sh CKPT [overrides ...]"
+        ;;
+esac
+CKPT=$1
+shift
+[ -f "${CKPT}" ] || msdet_die "CKPT=${CKPT} is not a file"
+msdet_forbid_override ckpt "the checkpoint is the first argument" "$@"
+MSDET_TYPED=("${BASH_SOURCE[0]}" "${CKPT}" "$@")
+msdet_run_one_card "${REPO_ROOT}/eval.py" "ckpt=${CKPT}" "$@"

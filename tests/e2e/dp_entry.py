@@ -1,0 +1,51 @@
+"""Entry point for the distributed end-to-end tests: ``train.py`` plus a per-rank weight dump.
+
+``scripts/run_distributed_train.sh`` starts it on every rank (``TRAIN_ENTRY=...``). It
+runs train.py's Hydra main unchanged, except that ``mindspore.train.Model.train`` gets one
+more callback: when training ends, every rank writes its trainable parameters to
+``<run dir>/final_weights_rank<R>.npz``, so a test can check that data parallelism kept
+the ranks identical. Production runs (train.py itself) never write these files.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+WEIGHTS_FILE = "final_weights_rank{rank}.npz"
+
+
+def _add_weight_dump() -> None:
+    import numpy as np
+    from hydra.core.hydra_config import HydraConfig
+    from mindspore.train import Callback, Model
+
+    class DumpTrainable(Callback):
+        def on_train_end(self, run_context):
+            from mindspore.communication import get_rank
+
+            network = run_context.original_args().train_network
+            weights = {p.name: p.asnumpy() for p in network.trainable_params()}
+            run_dir = HydraConfig.get().runtime.output_dir
+            np.savez(os.path.join(run_dir, WEIGHTS_FILE.format(rank=get_rank())), **weights)
+
+    train = Model.train
+
+    def train_with_dump(self, *args, callbacks=None, **kwargs):
+        return train(self, *args, callbacks=[*(callbacks or []), DumpTrainable()], **kwargs)
+
+    Model.train = train_with_dump
+
+
+if __name__ == "__main__":
+    from engine.runtime import configure_process_env
+
+    configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
+    _add_weight_dump()
+    # Run train.py as the main script, so that Hydra finds configs/ next to it.
+    sys.argv[0] = os.path.join(ROOT, "train.py")
+    runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,0 +1,377 @@
+"""Data parallelism: scripts/run_distributed_train.sh on CPU (msrun + mccl) end to end,
+and the distributed parts of engine.runtime.
+
+Two ranks train YOLOX through train.py and must end with identical weights, one set of
+checkpoints and one log; eight ranks train a tiny MLP and must match one process that
+trains on the whole batch; a rank that dies or fails ends the job, named, within seconds.
+The end-to-end tests are marked slow; the runtime tests at the end are fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from tests.e2e import dp_tiny
+from tests.e2e.dp_entry import WEIGHTS_FILE
+from tests.e2e.tiny_run import ROOT
+
+LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
+DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
+TINY_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_tiny.py")
+
+# The smallest YOLOX run that still trains: 64 px, no augmentation, 2 ranks x batch 2,
+# 4 steps per epoch. Without depthwise blocks the graph compiles ~25% faster.
+TINY_DP = [
+    "runtime=cpu",
+    "data.num_train=16",
+    "data.num_val=4",
+    "data.img_size=[64,64]",
+    "eval.img_size=[64,64]",
+    "model.depthwise=false",
+    "train.warmup_epochs=0",
+    "train.no_aug_epochs=0",
+    "train.eval_interval=100",
+    "train.batch_size=2",
+    "train.log_interval=1",
+    "train.lr_per_img=0.01",
+    "train.tensorboard=false",
+    "data.aug.mosaic_prob=0",
+    "data.aug.hsv_prob=0",
+    "data.aug.flip_prob=0",
+    "data.aug.degrees=0",
+    "data.aug.translate=0",
+    "data.aug.shear=0",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launcher_env(**extra: str) -> dict[str, str]:
+    """The test's environment with this venv's python/msrun first on PATH and a free port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_"))}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["MASTER_PORT"] = str(free_port())
+    env.update(extra)
+    return env
+
+
+def launch(num_cards: int, run_dir, *overrides: str, env: dict, timeout: int = 300):
+    """Run the launcher to the end; returns (CompletedProcess, seconds)."""
+    start = time.monotonic()
+    out_file, err_file = Path(f"{run_dir}.stdout"), Path(f"{run_dir}.stderr")
+    # Files, not pipes: a full pipe would block msrun's output and with it its watchdog.
+    with open(out_file, "w") as out, open(err_file, "w") as err:
+        proc = subprocess.Popen(
+            ["bash", LAUNCHER, str(num_cards), *overrides, f"hydra.run.dir={run_dir}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        stop_launcher(proc)
+    seconds = time.monotonic() - start
+    done = subprocess.CompletedProcess(
+        proc.args, proc.returncode, out_file.read_text(), err_file.read_text()
+    )
+    return done, seconds
+
+
+def stop_launcher(proc: subprocess.Popen) -> None:
+    """Interrupt a launcher that is still running (its trap stops every rank)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def rank_pids(stderr: str) -> dict[int, int]:
+    """{rank: pid} from the launcher's "rank R: pid P, log ..." lines."""
+    return {int(r): int(p) for r, p in re.findall(r"rank (\d+): pid (\d+),", stderr)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose (its parent has not reaped it yet).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def results(run_dir) -> list[dict[str, float]]:
+    with open(os.path.join(run_dir, "results.csv"), encoding="utf-8") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, cache_dir):
+    """train.py on 2 CPU ranks, each dumping its final trainable weights (dp_entry.py)."""
+    run_dir = tmp_path_factory.mktemp("dp2")
+    out, seconds = launch(
+        2,
+        run_dir,
+        *TINY_DP,
+        "train.epochs=2",
+        f"data.cache_dir={cache_dir}",
+        env=launcher_env(TRAIN_ENTRY=DP_ENTRY),
+    )
+    print(f"2-rank YOLOX run: {seconds:.0f} s")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return run_dir, out
+
+
+@pytest.mark.slow
+def test_two_ranks_end_with_identical_weights_and_one_set_of_artefacts(two_ranks):
+    run_dir, out = two_ranks
+    logs = Path(run_dir, "logs")
+    for name in ("worker_0.log", "worker_1.log", "scheduler.log", "msrun.log"):
+        assert (logs / name).is_file(), name
+    assert "rank 1 of 2" in (logs / "worker_1.log").read_text()
+    # Exactly one set of checkpoints: rank 0's, in checkpoints/.
+    ckpts = sorted(str(p.relative_to(run_dir)) for p in Path(run_dir).rglob("*.ckpt"))
+    assert ckpts == [
+        "checkpoints/best.ckpt",
+        "checkpoints/epoch_0001.ckpt",
+        "checkpoints/epoch_0002.ckpt",
+        "checkpoints/last.ckpt",
+    ]
+    # One writer of the run's log and metrics: rank 0.
+    train_log = Path(run_dir, "train.log").read_text()
+    assert train_log.count("training yolox_nano") == 1
+    assert "rank 0 of 2" in train_log and "rank 1 of 2" not in train_log
+    assert "batch 2 x 2 ranks, lr 0.04" in train_log  # lr_per_img x the total batch of 4
+    assert Path(run_dir, "metrics.json").is_file()
+    assert len(results(run_dir)) == 2
+
+    rank0 = np.load(os.path.join(run_dir, WEIGHTS_FILE.format(rank=0)))
+    rank1 = np.load(os.path.join(run_dir, WEIGHTS_FILE.format(rank=1)))
+    assert rank0.files == rank1.files and len(rank0.files) > 100
+    for name in rank0.files:
+        np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=name)
+    last = ms.load_checkpoint(os.path.join(run_dir, "checkpoints", "last.ckpt"))
+    for name in rank0.files:
+        np.testing.assert_array_equal(last[name].asnumpy(), rank0[name], err_msg=name)
+
+
+@pytest.mark.slow
+def test_two_ranks_lower_the_loss_and_record_the_launch(two_ranks):
+    run_dir, out = two_ranks
+    rows = results(run_dir)
+    assert rows[1]["loss_total"] < rows[0]["loss_total"]
+    launch_txt = Path(run_dir, "launch.txt").read_text()
+    assert "run_distributed_train.sh 2 runtime=cpu" in launch_txt
+    assert re.search(r"msrun --worker_num=2 --local_worker_num=2 .*dp_entry.py", launch_txt)
+    assert "runtime.distributed=true" in launch_txt
+    assert "distributed training finished: 2 ranks" in out.stderr
+
+
+def one_process_reference(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """dp_tiny's MLP trained by one process on all samples (in a fresh process: running
+    kernels here would pin this process's MindSpore device before tests that set it)."""
+    code = (
+        "import sys, numpy as np; from tests.e2e import dp_tiny;"
+        "x, y, w = dp_tiny.tiny_problem(); final, losses = dp_tiny.train_tiny(x, y, w);"
+        "np.savez(sys.argv[1], losses=np.asarray(losses), **final)"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = np.load(path)
+    return {k: saved[k] for k in saved.files if k != "losses"}, saved["losses"]
+
+
+@pytest.mark.slow
+def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
+    out, seconds = launch(8, tmp_path, "runtime=cpu", env=launcher_env(TRAIN_ENTRY=TINY_ENTRY))
+    print(f"8-rank tiny run: {seconds:.0f} s")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert len(list(Path(tmp_path, "logs").glob("worker_*.log"))) == 8
+    ranks = [np.load(tmp_path / dp_tiny.RESULT_FILE.format(rank=r)) for r in range(8)]
+    assert all(int(r["world"]) == 8 for r in ranks)
+
+    reference, losses = one_process_reference(tmp_path / "reference.npz")
+    assert losses[-1] < 0.2 * losses[0]
+    for name, value in reference.items():
+        for rank, got in enumerate(ranks):
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{rank}")
+    # Each rank's loss is its own shard's: they differ, and every one went down.
+    assert len({float(r["losses"][0]) for r in ranks}) > 1
+    assert all(r["losses"][-1] < r["losses"][0] for r in ranks)
+
+
+@pytest.mark.slow
+def test_a_failing_rank_ends_the_job_with_its_name(tmp_path):
+    env = launcher_env(TRAIN_ENTRY=TINY_ENTRY, TINY_FAIL_RANK="1")
+    out, seconds = launch(2, tmp_path, "runtime=cpu", env=env, timeout=180)
+    assert out.returncode == 1
+    assert f"rank 1 (pid {rank_pids(out.stderr)[1]}) FAILED: exit code {dp_tiny.FAIL_CODE}" in (
+        out.stderr
+    )
+    assert "distributed job FAILED" in out.stderr
+    assert not any(alive(pid) for pid in rank_pids(out.stderr).values())
+
+
+@pytest.mark.slow
+def test_a_failing_scheduler_ends_the_job(tmp_path):
+    # Without the watchdog the workers would wait for their scheduler until
+    # CLUSTER_TIMEOUT (600 s by default).
+    env = launcher_env(TRAIN_ENTRY=TINY_ENTRY, TINY_FAIL_SCHEDULER="1")
+    out, seconds = launch(2, tmp_path, "runtime=cpu", env=env, timeout=180)
+    assert out.returncode == 1
+    assert re.search(
+        r"the msrun scheduler \(pid \d+\) exited while 2 workers still run", out.stderr
+    )
+    assert seconds < 60
+    assert not any(alive(pid) for pid in rank_pids(out.stderr).values())
+
+
+@pytest.mark.slow
+def test_killing_a_rank_mid_run_ends_the_job_within_seconds(tmp_path, cache_dir):
+    args = [*TINY_DP, "train.epochs=100", f"data.cache_dir={cache_dir}"]
+    console = tmp_path / "console.txt"  # a file, not a pipe: nothing may block the launcher
+    run_dir = tmp_path / "run"
+    with open(console, "w") as sink:
+        proc = subprocess.Popen(
+            ["bash", LAUNCHER, "2", *args, f"hydra.run.dir={run_dir}"],
+            cwd=ROOT,
+            env=launcher_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        worker0 = run_dir / "logs" / "worker_0.log"
+        deadline = time.monotonic() + 240
+        # Both ranks compiled and stepped together once rank 0 reports its second step.
+        while "epoch: 1 step: 2," not in (worker0.read_text() if worker0.exists() else ""):
+            assert proc.poll() is None, "the job ended before training started"
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.5)
+        victim = rank_pids(console.read_text())[1]
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=60)
+        seconds = time.monotonic() - killed_at
+    finally:
+        stop_launcher(proc)
+    out = console.read_text()
+    print(f"launcher exit {seconds:.1f} s after SIGKILL of rank 1")
+    assert proc.returncode == 1
+    assert f"rank 1 (pid {victim}) FAILED: killed by signal 9 (KILL)" in out
+    assert seconds < 15  # msrun alone waits for its scheduler's 30 s heartbeat timeout
+    assert not any(alive(pid) for pid in rank_pids(out).values())
+    assert "last lines of" in out and "worker_1.log" in out
+
+
+# ---- engine.runtime: the distributed switches, without a launcher ---------------------------
+
+
+SYNC_BN_CHECK = """
+import numpy as np, mindspore as ms
+from mindspore import nn
+from omegaconf import OmegaConf
+from engine.runtime import convert_sync_batchnorm
+from models.yolox import build_model
+
+net = build_model(OmegaConf.load("configs/model/yolox_nano.yaml"), 3)
+for p in net.get_parameters():  # distinct values, so that a mix-up would show
+    p.set_data(ms.Tensor(np.random.default_rng(len(p.name)).random(p.shape, np.float32)))
+before = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+bns = [c for _, c in net.cells_and_names() if type(c) is nn.BatchNorm2d]
+assert convert_sync_batchnorm(net) == len(bns) > 0
+cells = [c for _, c in net.cells_and_names()]
+assert not any(type(c) is nn.BatchNorm2d for c in cells)
+syncs = [c for c in cells if isinstance(c, nn.SyncBatchNorm)]
+assert len(syncs) == len(bns)
+assert all(s.eps == b.eps and s.momentum == b.momentum for s, b in zip(syncs, bns))
+after = {p.name: p.asnumpy() for p in net.get_parameters()}
+assert list(after) == list(before)  # names (and so checkpoints) unchanged
+assert [n for n, _ in net.parameters_and_names()] == list(after)
+for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value, err_msg=name)
+print("replaced", len(bns))
+"""
+
+
+def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
+    # A fresh process: running kernels here would pin this process's MindSpore device
+    # before tests that call setup_runtime themselves.
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run(
+        [sys.executable, "-c", SYNC_BN_CHECK],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "replaced 104" in out.stdout  # every BatchNorm of YOLOX-nano
+
+
+def test_sync_bn_only_on_ascend_with_several_ranks():
+    from engine.runtime import _resolve_sync_bn
+
+    assert _resolve_sync_bn(True, "Ascend", 8) is True
+    assert _resolve_sync_bn(True, "CPU", 8) is False
+    assert _resolve_sync_bn(True, "Ascend", 1) is False
+    assert _resolve_sync_bn(False, "Ascend", 8) is False
+
+
+def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from engine.runtime import setup_runtime
+
+    cfg = OmegaConf.load(os.path.join(ROOT, "configs", "runtime", "cpu.yaml"))
+    cfg = OmegaConf.merge(
+        OmegaConf.load(os.path.join(ROOT, "configs", "runtime", "auto.yaml")), cfg
+    )
+    cfg.pop("defaults", None)
+    monkeypatch.setenv("MS_ROLE", "MS_WORKER")
+    with pytest.raises(ValueError, match="runtime.distributed=false.*run_distributed_train.sh"):
+        setup_runtime(cfg, str(tmp_path))
+
+
+def test_other_ranks_stop_writing_the_run_log(tmp_path):
+    import logging
+
+    from engine.runtime import _close_file_logs
+
+    root = logging.getLogger()
+    handler = logging.FileHandler(tmp_path / "train.log")
+    root.addHandler(handler)
+    try:
+        _close_file_logs()
+        assert handler not in root.handlers
+        assert handler.stream is None  # closed
+    finally:
+        root.removeHandler(handler)
