@@ -905,7 +905,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_process_env(device)
     import mindspore as ms
 
-    ms.set_device(device)
+    if ms.get_context("device_target") != device:  # a process can set its device only once
+        ms.set_device(device)
     start = time.time()
     try:
         x = load_input(args.image, args.size)

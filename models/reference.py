@@ -1,7 +1,7 @@
 """The PyTorch original (YOLOX 0.3.0, Megvii) as a reference for parity tests and tools.
 
 Needs ``torch`` and ``yolox`` (``pip install torch==2.13.0`` then
-``MAX_JOBS=1 pip install --no-deps --no-build-isolation yolox==0.3.0 && pip install loguru thop``).
+``MAX_JOBS=1 pip install --no-deps --no-build-isolation yolox==0.3.0 && pip install loguru thop tabulate tqdm``).
 YOLOX imports torchvision only for ``nms``/``batched_nms``; PyPI's torchvision does not
 import beside CPU torch, so :func:`install_torchvision_standin` provides those two
 functions (a plain greedy NMS) before YOLOX is imported.
@@ -17,7 +17,7 @@ import numpy as np
 
 INSTALL_HINT = (
     "pip install torch==2.13.0 && MAX_JOBS=1 pip install --no-deps --no-build-isolation "
-    "yolox==0.3.0 && pip install loguru thop"
+    "yolox==0.3.0 && pip install loguru thop tabulate tqdm"
 )
 
 

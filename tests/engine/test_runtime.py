@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
-import mindspore as ms
 import pytest
-from omegaconf import OmegaConf
 
 from engine import runtime
-from engine.runtime import resolve_amp, resolve_device, resolve_sink, setup_runtime
+from engine.runtime import resolve_amp, resolve_device, resolve_sink
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def runtime_cfg(**overrides):
-    cfg = OmegaConf.load(os.path.join(ROOT, "configs", "runtime", "auto.yaml"))
-    return OmegaConf.merge(cfg, overrides)
 
 
 def test_auto_picks_cpu_without_ascend_devices(monkeypatch):
@@ -40,19 +34,48 @@ def test_amp_and_sink_defaults_per_device():
     assert resolve_sink(True, "CPU") is True
 
 
-def test_setup_on_cpu_sets_mode_and_reports(tmp_path):
-    rt = setup_runtime(runtime_cfg(device="CPU", mode="pynative", sink=True), str(tmp_path))
-    try:
-        assert rt.device == "CPU" and rt.mode == "pynative" and rt.amp_level == "O0"
-        assert ms.get_context("mode") == ms.PYNATIVE_MODE
-        assert rt.sink and not rt.sink_effective  # CPU cannot sink: the trainer says so
-        assert rt.is_main and not rt.distributed and not rt.uses_dynamic_loss_scale  # O0
-    finally:
-        ms.set_context(mode=ms.GRAPH_MODE)
-    rt = setup_runtime(runtime_cfg(device="CPU", mode="graph"), str(tmp_path))
-    assert ms.get_context("mode") == ms.GRAPH_MODE
-    with pytest.raises(ValueError, match="runtime.mode"):
-        setup_runtime(runtime_cfg(device="CPU", mode="eager"), str(tmp_path))
+SETUP_PROBE = """
+import json, sys
+import mindspore as ms
+from omegaconf import OmegaConf
+from engine.runtime import setup_runtime
+cfg = OmegaConf.merge(OmegaConf.load("configs/runtime/auto.yaml"), json.loads(sys.argv[1]))
+try:
+    rt = setup_runtime(cfg, ".")
+except ValueError as err:
+    print(json.dumps({"error": str(err)}))
+    sys.exit(0)
+print(json.dumps({"device": rt.device, "mode": rt.mode, "amp": rt.amp_level, "sink": rt.sink,
+                  "sink_effective": rt.sink_effective, "main": rt.is_main,
+                  "distributed": rt.distributed, "dynamic": rt.uses_dynamic_loss_scale,
+                  "ms_mode": ms.get_context("mode"), "PYNATIVE": ms.PYNATIVE_MODE}))
+"""
+
+
+def setup_in_fresh_process(**overrides) -> dict:
+    """setup_runtime in its own process: MindSpore pins the device once a kernel has run,
+    so it cannot be set up again inside the test process."""
+    out = subprocess.run(
+        [sys.executable, "-c", SETUP_PROBE, json.dumps(overrides)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_setup_on_cpu_sets_mode_and_reports():
+    got = setup_in_fresh_process(device="CPU", mode="pynative", sink=True, amp="O2")
+    assert got["device"] == "CPU" and got["mode"] == "pynative" and got["amp"] == "O2"
+    assert got["ms_mode"] == got["PYNATIVE"]
+    assert got["sink"] and not got["sink_effective"]  # CPU cannot sink: the trainer says so
+    assert got["main"] and not got["distributed"]
+    assert got["dynamic"]  # O2: dynamic loss scaling, on CPU too
+    got = setup_in_fresh_process(device="CPU", mode="graph")
+    assert got["ms_mode"] != got["PYNATIVE"] and got["amp"] == "O0" and not got["dynamic"]
+    assert "runtime.mode" in setup_in_fresh_process(device="CPU", mode="eager")["error"]
 
 
 def _isa_seen_by_fresh_process(env: dict) -> str:
