@@ -19,22 +19,11 @@ import sys
 import time
 from collections.abc import Callable
 
+from bench.common import cpu_model
 from engine.runtime import configure_process_env
 
 NUM_CLASSES = 80
 IMG = 640.0
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (or what platform knows)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
