@@ -44,6 +44,11 @@ def run_msdet(args, out: str) -> dict:
         f"hydra.run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
+    return load_msdet(out)
+
+
+def load_msdet(out: str) -> dict:
+    run_dir = os.path.join(out, "msdet")
     with open(os.path.join(run_dir, "results.csv"), encoding="utf-8") as f:
         rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     wall = 0.0
@@ -67,7 +72,11 @@ def run_pytorch(args, out: str, root: str, cfg) -> dict:
         f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes})"
     )
     subprocess.run([sys.executable, "-c", call], cwd=ROOT, check=True)
-    with open(os.path.join(run_dir, "pytorch_result.json"), encoding="utf-8") as f:
+    return load_pytorch(out)
+
+
+def load_pytorch(out: str) -> dict:
+    with open(os.path.join(out, "pytorch", "pytorch_result.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -108,7 +117,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
     parser.add_argument("--out", default="outputs/convergence")
-    parser.add_argument("--only", choices=("msdet", "pytorch"), default=None)
+    parser.add_argument(
+        "--only",
+        choices=("msdet", "pytorch"),
+        default=None,
+        help="run one side; the other side's earlier result in --out joins the report",
+    )
     args = parser.parse_args(argv)
     print_header("time to accuracy: msdet vs PyTorch YOLOX")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -123,8 +137,12 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     if args.only in (None, "pytorch"):
         results["pytorch"] = run_pytorch(args, out, root, cfg)
+    elif os.path.isfile(os.path.join(out, "pytorch", "pytorch_result.json")):
+        results["pytorch"] = load_pytorch(out)
     if args.only in (None, "msdet"):
         results["msdet"] = run_msdet(args, out)
+    elif os.path.isfile(os.path.join(out, "msdet", "metrics.json")):
+        results["msdet"] = load_msdet(out)
     plot(results, os.path.join(out, "convergence.png"))
     summary = {
         name: {
