@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
 
     def med(key: str, field: str) -> float:
-        return statistics.median(x[field] for x in runs[key])
+        return round(statistics.median(x[field] for x in runs[key]), 4)
 
     result = {
         "model": args.model,
