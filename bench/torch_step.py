@@ -15,27 +15,8 @@ import argparse
 import time
 
 from bench.common import median, peak_rss_mb, print_header, print_result, synthetic_batch
-from models.reference import build_torch_yolox, import_yolox
+from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
 from models.yolox import load_model_config
-
-
-def yolox_optimizer(model, lr: float = 0.01):
-    """SGD with YOLOX's three parameter groups (BN weights, other weights with decay, biases)."""
-    import torch
-    from torch import nn
-
-    pg0, pg1, pg2 = [], [], []
-    for k, v in model.named_modules():
-        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
-            pg2.append(v.bias)
-        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
-            pg0.append(v.weight)
-        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
-            pg1.append(v.weight)
-    opt = torch.optim.SGD(pg0, lr=lr, momentum=0.9, nesterov=True)
-    opt.add_param_group({"params": pg1, "weight_decay": 5e-4})
-    opt.add_param_group({"params": pg2})
-    return opt
 
 
 def timed(fn, steps: int, warmup: int) -> tuple[float, float]:

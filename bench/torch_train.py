@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.torch_step import yolox_optimizer
-from models.reference import build_torch_yolox, import_yolox
+from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
 from models.yolox import load_model_config
 
 

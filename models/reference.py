@@ -158,3 +158,22 @@ def calibrate(model, img_size: int = 320, num_images: int = 4, seed: int = 0, im
 def torch_state_dict_numpy(model) -> dict[str, np.ndarray]:
     """The model's state_dict as numpy arrays (for in-memory conversion)."""
     return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+
+
+def yolox_optimizer(model, lr: float = 0.01):
+    """SGD with YOLOX's three parameter groups (BN weights, other weights with decay, biases)."""
+    import torch
+    from torch import nn
+
+    pg0, pg1, pg2 = [], [], []
+    for k, v in model.named_modules():
+        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
+            pg2.append(v.bias)
+        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
+            pg0.append(v.weight)
+        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
+            pg1.append(v.weight)
+    opt = torch.optim.SGD(pg0, lr=lr, momentum=0.9, nesterov=True)
+    opt.add_param_group({"params": pg1, "weight_decay": 5e-4})
+    opt.add_param_group({"params": pg2})
+    return opt

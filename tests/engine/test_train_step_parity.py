@@ -22,7 +22,7 @@ from engine.optim import build_optimizer
 from engine.train_step import TrainStep
 from models.convert import convert_state_dict, mindspore_name
 from models.loss import DetectorWithLoss, YOLOXLoss
-from models.reference import build_torch_yolox
+from models.reference import build_torch_yolox, yolox_optimizer
 from models.yolox import build_model, load_model_config
 from tests.loss_cases import random_targets
 from tests.torch_reference import require_yolox
@@ -31,25 +31,6 @@ pytestmark = pytest.mark.torch
 
 IMG, C, M, LR = 128, 3, 30, 0.01
 TRAIN_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
-
-
-def yolox_sgd(model):
-    """YOLOX's optimizer: BN weights (no decay), other weights (decay), biases (no decay)."""
-    import torch
-    from torch import nn
-
-    pg0, pg1, pg2 = [], [], []
-    for k, v in model.named_modules():
-        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
-            pg2.append(v.bias)
-        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
-            pg0.append(v.weight)
-        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
-            pg1.append(v.weight)
-    opt = torch.optim.SGD(pg0, lr=LR, momentum=0.9, nesterov=True)
-    opt.add_param_group({"params": pg1, "weight_decay": 5e-4})
-    opt.add_param_group({"params": pg2})
-    return opt
 
 
 @pytest.mark.parametrize("counts", [[2, 0, 5, 9], [20, 1, 0, 14]], ids=["mixed", "crowded"])
@@ -77,7 +58,7 @@ def test_one_sgd_step_matches_pytorch(counts):
     pt64 = copy.deepcopy(pt).double()
     for model, dtype in ((pt, torch.float32), (pt64, torch.float64)):
         model.train()
-        opt = yolox_sgd(model)
+        opt = yolox_optimizer(model, LR)
         res = model(
             torch.from_numpy(images).to(dtype),
             torch.from_numpy(targets * mask[..., None]).to(dtype),
