@@ -253,9 +253,11 @@ class EpochSummary(EpochCallback):
             "mAP50": st.metrics["mAP50"] if st.evaluated else float("nan"),
         }
         st.history.append(row)
-        latest = (
-            f"mAP {st.metrics['mAP']:.3f} mAP50 {st.metrics['mAP50']:.3f}" if st.metrics else ""
-        )
+        latest = ""
+        if st.metrics:
+            latest = f"mAP {st.metrics['mAP']:.3f} mAP50 {st.metrics['mAP50']:.3f}"
+            if not st.evaluated:
+                latest = f"(last eval: {latest})"
         log.info(
             "epoch %d/%d  loss %.3f (iou %.3f obj %.3f cls %.3f l1 %.3f)  fg %.1f  lr %.2e  "
             "%.1f img/s  %s  ETA %s  %s",

@@ -1,0 +1,197 @@
+"""The training callbacks, driven by a recorded run context instead of Model.train."""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+
+from engine import callbacks as cbs
+from engine.callbacks import (
+    EarlyStopping,
+    EpochCallback,
+    EpochSummary,
+    EvalCallback,
+    StepStats,
+    StopAtEpoch,
+    TimeLimit,
+    TrainState,
+)
+
+
+class RunContext:
+    """What MindSpore hands a callback: the run's parameters and a stop request."""
+
+    def __init__(self, **params):
+        self.params = SimpleNamespace(**params)
+        self.stopped = False
+
+    def original_args(self):
+        return self.params
+
+    def request_stop(self):
+        self.stopped = True
+
+
+def outputs(total, iou=1.0, obj=1.0, cls=1.0, l1=0.0, fg=10.0, lr=0.01, scale=1.0, overflow=0):
+    """The training step's outputs, in engine.train_step.TrainStep's order."""
+    return [Tensor(np.float32(v)) for v in (total, iou, obj, cls, l1, fg, lr, scale, overflow)]
+
+
+def state(epochs=5, steps=4, **kw) -> TrainState:
+    return TrainState(epochs=epochs, steps_per_epoch=steps, total_batch=8, **kw)
+
+
+def test_sinks_become_epochs():
+    class Recorder(EpochCallback):
+        def __init__(self, st):
+            super().__init__(st)
+            self.calls = []
+
+        def begin_epoch(self, epoch, run_context):
+            self.calls.append(("begin", epoch))
+
+        def end_epoch(self, epoch, run_context):
+            self.calls.append(("end", epoch))
+
+    rec = Recorder(state(epochs=2, sinks_per_epoch=3))
+    for sink in range(1, 7):  # 2 epochs of 3 sinks each
+        ctx = RunContext(cur_epoch_num=sink)
+        rec.on_train_epoch_begin(ctx)
+        rec.on_train_epoch_end(ctx)
+    assert rec.calls == [("begin", 1), ("end", 1), ("begin", 2), ("end", 2)]
+
+
+def test_step_stats_averages_and_skips_overflowed_steps():
+    st = state()
+    stats = StepStats(st, nn.Dense(2, 2), check_finite=True, dynamic_scale=True)
+    stats.begin_epoch(1, RunContext())
+    for step, (total, overflow) in enumerate([(4.0, 0), (1e9, 1), (2.0, 0)], start=1):
+        stats.on_train_step_end(
+            RunContext(cur_step_num=step, net_outputs=outputs(total, overflow=overflow))
+        )
+    assert st.steps == 2 and st.overflow_steps == 1
+    assert st.means()["total"] == pytest.approx(3.0)
+    assert st.means()["num_fg"] == pytest.approx(10.0)
+
+
+def test_step_stats_stops_on_a_non_finite_loss_naming_term_and_parameter():
+    st = state()
+    net = nn.Dense(2, 2)
+    net.bias.set_data(Tensor(np.array([0.0, np.nan], np.float32)))
+    stats = StepStats(st, net, check_finite=True, dynamic_scale=False)
+    stats.begin_epoch(2, RunContext())
+    ctx = RunContext(cur_step_num=7, net_outputs=outputs(float("nan"), obj=float("inf")))
+    stats.on_train_step_end(ctx)
+    assert ctx.stopped
+    assert "epoch 2, step 3" in st.failure  # step 7 of 4-step epochs
+    assert "total=nan" in st.failure and "obj=inf" in st.failure
+    assert net.bias.name in st.failure
+    assert st.steps == 0  # the bad step is not averaged in
+
+
+def test_step_stats_stops_after_too_many_overflows_in_a_row():
+    st = state(steps=100)
+    stats = StepStats(st, nn.Dense(2, 2), check_finite=True, dynamic_scale=True, max_overflows=3)
+    stats.begin_epoch(1, RunContext())
+    ctxs = [RunContext(cur_step_num=s, net_outputs=outputs(1.0, overflow=1)) for s in (1, 2, 3)]
+    for ctx in ctxs:
+        stats.on_train_step_end(ctx)
+    assert [c.stopped for c in ctxs] == [False, False, True]
+    assert "3 overflowed steps in a row" in st.failure
+
+
+def test_eval_runs_every_interval_and_after_the_last_epoch_and_tracks_the_best():
+    st = state(epochs=5)
+    maps = iter([0.2, 0.1, 0.3])
+    evaluated = []
+
+    def evaluate(epoch):
+        evaluated.append(epoch)
+        return {"mAP": next(maps), "mAP50": 0.5}
+
+    ev = EvalCallback(st, evaluate, interval=2)
+    best = []
+    for epoch in range(1, 6):
+        st.reset_epoch(epoch)
+        ev.end_epoch(epoch, RunContext())
+        best.append((st.evaluated, st.is_best, st.best_map))
+    assert evaluated == [2, 4, 5]
+    assert best == [
+        (False, False, -1.0),
+        (True, True, 0.2),
+        (False, False, 0.2),
+        (True, False, 0.2),
+        (True, True, 0.3),
+    ]
+
+
+def test_epoch_summary_row_and_the_latest_evaluation_in_the_log(caplog):
+    st = state(epochs=3, steps=2)
+    summary = EpochSummary(st)
+    caplog.set_level(logging.INFO, logger="train")
+    lines = []
+    for epoch, metrics in [(1, {"mAP": 0.25, "mAP50": 0.5}), (2, None)]:
+        st.reset_epoch(epoch)
+        st.sums.update(total=6.0, iou=2.0, num_fg=40.0)
+        st.steps = 2
+        if metrics:
+            st.metrics, st.evaluated = metrics, True
+        caplog.clear()
+        summary.end_epoch(epoch, RunContext())
+        lines.append(caplog.records[-1].getMessage())
+    first, second = st.history
+    assert first["loss_total"] == 3.0 and first["loss_iou"] == 1.0 and first["num_fg"] == 20.0
+    assert first["mAP"] == 0.25
+    assert math.isnan(second["mAP"])  # no evaluation in epoch 2
+    assert lines[0].startswith("epoch 1/3  loss 3.000 (iou 1.000")
+    assert lines[0].endswith("mAP 0.250 mAP50 0.500")
+    assert lines[1].endswith("(last eval: mAP 0.250 mAP50 0.500)")
+
+
+def test_early_stopping_counts_evaluations_without_improvement():
+    st = state(epochs=10)
+    stop = EarlyStopping(st, patience=2)
+    stopped_at = None
+    for epoch, best in enumerate([True, False, None, False], start=1):
+        st.reset_epoch(epoch)
+        st.evaluated, st.is_best = best is not None, bool(best)
+        ctx = RunContext()
+        stop.end_epoch(epoch, ctx)
+        if ctx.stopped:
+            stopped_at = epoch
+            break
+    assert stopped_at == 4  # epochs 2 and 4 evaluated without improvement; 3 not evaluated
+
+
+def test_stop_at_epoch_leaves_the_last_epoch_alone():
+    st = state(epochs=5)
+    stop = StopAtEpoch(st, stop_at=3)
+    stopped = []
+    for epoch in (2, 3):
+        ctx = RunContext()
+        stop.end_epoch(epoch, ctx)
+        stopped.append(ctx.stopped)
+    assert stopped == [False, True]
+    ctx = RunContext()
+    StopAtEpoch(st, stop_at=5).end_epoch(5, ctx)
+    assert not ctx.stopped
+
+
+def test_time_limit_stops_when_the_next_epoch_would_not_fit(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(cbs.time, "time", lambda: now[0])
+    limit = TimeLimit(state(epochs=10), minutes=10)
+    stopped = []
+    for epoch in range(1, 6):
+        now[0] += 180.0  # 3 minutes per epoch: epochs 1-3 fit in 10 minutes, a 4th does not
+        ctx = RunContext()
+        limit.end_epoch(epoch, ctx)
+        stopped.append(ctx.stopped)
+        if ctx.stopped:
+            break
+    assert stopped == [False, False, True]
