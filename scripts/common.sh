@@ -10,6 +10,21 @@ msdet_die() {
     exit 2
 }
 
+# The calling script's header comment (line 2 up to `set -euo pipefail`) as its usage text.
+msdet_usage() {
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${0}"
+}
+
+# msdet_help_if_asked "$@": print the usage and exit 0 when the first argument is -h/--help.
+msdet_help_if_asked() {
+    case "${1:-}" in
+        -h | --help)
+            msdet_usage
+            exit 0
+            ;;
+    esac
+}
+
 msdet_say() {
     printf '%s: %s\n' "${MSDET_SCRIPT_NAME}" "$*" >&2
 }

@@ -28,12 +28,7 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
 
-case "${1:-}" in
-    -h | --help)
-        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-        exit 0
-        ;;
-esac
+msdet_help_if_asked "$@"
 
 HOST_ROOT=${HOST_ROOT:-}
 DOCKER=${DOCKER:-docker}

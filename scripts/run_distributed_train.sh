@@ -28,20 +28,11 @@ REPO_ROOT=$(dirname "${SCRIPT_DIR}")
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
 
-usage() {
-    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-}
-
+msdet_help_if_asked "$@"
 if [ $# -lt 1 ]; then
-    usage >&2
+    msdet_usage >&2
     msdet_die "NUM_CARDS is missing"
 fi
-case "$1" in
-    -h | --help)
-        usage
-        exit 0
-        ;;
-esac
 NUM_CARDS=$1
 shift
 OVERRIDES=("$@")

@@ -15,11 +15,8 @@ REPO_ROOT=$(dirname "${SCRIPT_DIR}")
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
 
+msdet_help_if_asked "$@"
 case "${1:-}" in
-    -h | --help)
-        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-        exit 0
-        ;;
     "")
         msdet_die "CKPT is missing: scripts/run_eval.sh CKPT [overrides ...]"
         ;;

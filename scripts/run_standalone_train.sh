@@ -15,11 +15,6 @@ REPO_ROOT=$(dirname "${SCRIPT_DIR}")
 # shellcheck source=scripts/common.sh
 source "${SCRIPT_DIR}/common.sh"
 
-case "${1:-}" in
-    -h | --help)
-        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-        exit 0
-        ;;
-esac
+msdet_help_if_asked "$@"
 MSDET_TYPED=("${BASH_SOURCE[0]}" "$@")
 msdet_run_one_card "${REPO_ROOT}/train.py" "$@"
