@@ -6,6 +6,16 @@ from engine.runtime import configure_process_env
 configure_process_env("CPU")
 
 import mindspore as ms  # noqa: E402  (after the environment is prepared)
+import pytest  # noqa: E402
 
 # msdet runs in graph mode by default (MindSpore's own default is PyNative).
 ms.set_context(mode=ms.GRAPH_MODE)
+
+
+@pytest.fixture(scope="module")
+def graph_mode():
+    """Graph mode for a whole module, as eval and export run (whatever ran before it)."""
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=previous)

@@ -25,13 +25,7 @@ IMG = (128, 160)  # small, and not square: catches h/w mix-ups
 NUM_CLASSES = 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    """Graph mode, as eval and export run it (MindSpore's default is PyNative)."""
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
+pytestmark = pytest.mark.usefixtures("graph_mode")
 
 
 def spread_scores(net, seed: int = 0) -> None:

@@ -8,14 +8,7 @@ import pytest
 
 from ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms, postprocess_numpy
 
-
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    """Graph mode, as eval and export run it (MindSpore's default is PyNative)."""
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
+pytestmark = pytest.mark.usefixtures("graph_mode")
 
 
 def random_predictions(
