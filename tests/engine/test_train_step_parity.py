@@ -67,7 +67,7 @@ def test_one_sgd_step_matches_pytorch(counts):
         res["total_loss"].backward()
         opt.step()
         if model is pt:
-            out = {k: float(v) for k, v in res.items()}
+            out = {k: float(torch.as_tensor(v).detach()) for k, v in res.items()}
 
     net.set_train(True)
     step = TrainStep(DetectorWithLoss(net, YOLOXLoss(C)), build_optimizer(net, LR, TRAIN_CFG))
