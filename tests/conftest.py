@@ -1,12 +1,13 @@
 """Shared test set-up: CPU runtime environment before MindSpore loads, tiny fixtures."""
 
+import pytest
+
 from engine.runtime import configure_process_env
 
 # Must run before any test module imports mindspore (oneDNN reads it at load time).
 configure_process_env("CPU")
 
 import mindspore as ms  # noqa: E402  (after the environment is prepared)
-import pytest  # noqa: E402
 
 # msdet runs in graph mode by default (MindSpore's own default is PyNative).
 ms.set_context(mode=ms.GRAPH_MODE)
