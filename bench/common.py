@@ -8,6 +8,7 @@ import platform
 import resource
 import statistics
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,20 @@ def peak_rss_mb() -> float:
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
+
+
+def timed(fn, steps: int, warmup: int) -> tuple[float, float]:
+    """(seconds of the first call, median seconds of ``steps`` calls after ``warmup`` more)."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return first, median(times)
 
 
 def print_header(title: str) -> None:

@@ -12,24 +12,10 @@ eval-mode forward plus ``yolox.utils.postprocess``. Same synthetic batch as
 from __future__ import annotations
 
 import argparse
-import time
 
-from bench.common import median, peak_rss_mb, print_header, print_result, synthetic_batch
+from bench.common import peak_rss_mb, print_header, print_result, synthetic_batch, timed
 from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
 from models.yolox import load_model_config
-
-
-def timed(fn, steps: int, warmup: int) -> tuple[float, float]:
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        fn()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return first, median(times)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -13,17 +13,16 @@ images/s and peak RSS; ``--infer`` measures inference + NMS instead. The last li
 from __future__ import annotations
 
 import argparse
-import time
 
 from hydra import compose, initialize_config_dir
 
 from bench.common import (
     CONFIG_DIR,
-    median,
     peak_rss_mb,
     print_header,
     print_result,
     synthetic_batch,
+    timed,
 )
 from engine.runtime import setup_runtime
 
@@ -46,16 +45,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
         ms.Tensor(a)
         for a in synthetic_batch(batch, size, num_classes, int(cfg.data.max_objects), objects)
     )
-    start = time.perf_counter()
-    step(images, targets, mask)[0].asnumpy()
-    first = time.perf_counter() - start
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        step(images, targets, mask)[0].asnumpy()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    t = median(times)
+    first, t = timed(lambda: step(images, targets, mask)[0].asnumpy(), steps, warmup)
     return {
         "kind": "train_step",
         "framework": "msdet",
@@ -85,16 +75,7 @@ def run_infer(cfg, rt, steps: int, warmup: int, num_classes: int) -> dict:
     net.set_train(False)
     infer = InferenceNet(net, build_nms(cfg.eval, num_classes))
     images = ms.Tensor(synthetic_batch(batch, size, num_classes, 1, 0)[0])
-    start = time.perf_counter()
-    infer(images)[0].asnumpy()
-    first = time.perf_counter() - start
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        infer(images)[0].asnumpy()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    t = median(times)
+    first, t = timed(lambda: infer(images)[0].asnumpy(), steps, warmup)
     return {
         "kind": "inference",
         "framework": "msdet",
