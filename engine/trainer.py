@@ -7,7 +7,6 @@ between steps (logging, evaluation, checkpoints, ...) is in ``engine.callbacks``
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import logging
 import os
@@ -210,8 +209,13 @@ def apply_amp(net: nn.Cell, rt: Runtime) -> None:
     if rt.amp_level == "O0":
         return
     # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
-    with contextlib.chdir(rt.run_dir):
+    # (os.chdir by hand: contextlib.chdir is Python 3.11+.)
+    previous = os.getcwd()
+    os.chdir(rt.run_dir)
+    try:
         ms.amp.auto_mixed_precision(net, rt.amp_level)
+    finally:
+        os.chdir(previous)
 
 
 def build_train_step(

@@ -112,7 +112,9 @@ class BatchedNMS(nn.Cell):
         rank_col = rank.reshape(k, 1)
         masks = ()  # a tuple, not a list: ONNX export has no make_list
         for i in range(batch):
-            _, _, mask = self.nms(ops.concat((nms_boxes[i], rank_col), -1))
+            # Index the one output used: unpacking all three leaves unused getitem nodes of a
+            # side-effect op, which MindSpore's auto-monad pass warns about at every compile.
+            mask = self.nms(ops.concat((nms_boxes[i], rank_col), -1))[2]
             masks = masks + (mask,)
         kept = ops.logical_and(ops.stack(masks), cand_valid)
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from models.checkpoint import load_weights
-from models.compare import compare_modules, first_failure
 from models.convert import ConversionError, convert_state_dict, extract_state_dict, main
 from models.reference import build_torch_yolox, calibrate
 from models.yolox import build_model, load_model_config
+from porting.forward import compare_modules
+from porting.report import first_failure
 from tests.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch

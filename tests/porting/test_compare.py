@@ -1,4 +1,4 @@
-"""The comparison tool ``python -m models.compare``: passes on a converted model, names the
+"""The comparison tool ``python -m porting.compare``: passes on a converted model, names the
 module that diverges, writes JSON a CI job can read, compares a training step."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import cv2
 import numpy as np
 import pytest
 
-from models import compare
-from models.compare import ModuleDiff, build_report, major_modules, yolox_preprocess
 from models.reference import INSTALL_HINT, ReferenceMissingError
+from porting import compare, inputs, report
+from porting.forward import major_modules
+from porting.inputs import yolox_preprocess
+from porting.report import ModuleDiff, build_report
 from tests.torch_reference import require_yolox
 
 SIZE = "64"  # small: the tool's cost is mostly compilation and the float64 reference
@@ -38,7 +40,7 @@ def read_json(path) -> dict:
 def image(tmp_path_factory) -> str:
     """A picture that is not square: letterboxing pads its bottom."""
     path = str(tmp_path_factory.mktemp("img") / "street.jpg")
-    cv2.imwrite(path, compare.synthetic_image(300, 500, seed=3))
+    cv2.imwrite(path, inputs.synthetic_image(300, 500, seed=3))
     return path
 
 
@@ -53,9 +55,9 @@ def checkpoint(tmp_path_factory, image):
     from models.reference import build_torch_yolox, calibrate
     from models.yolox import load_model_config
 
-    x = compare.load_input(image, int(SIZE))
+    x = inputs.load_input(image, int(SIZE))
     model = build_torch_yolox(load_model_config("yolox_nano"), 80)
-    calibrate(model, images=compare.train_batch(x, 80)[0])
+    calibrate(model, images=inputs.train_batch(x, 80)[0])
     path = tmp_path_factory.mktemp("ckpt") / "yolox_nano.pth"
     torch.save({"model": model.state_dict(), "epoch": 300}, path)
     return str(path)
@@ -90,7 +92,7 @@ def test_perturbed_layer_is_named(checkpoint, image, tmp_path, capsys, monkeypat
     require_yolox()
     import mindspore as ms
 
-    convert = compare.convert_to_network
+    convert = inputs.convert_to_network
 
     def convert_then_perturb(state_dict, model, num_classes):
         net = convert(state_dict, model, num_classes)
@@ -99,7 +101,7 @@ def test_perturbed_layer_is_named(checkpoint, image, tmp_path, capsys, monkeypat
         param.set_data(ms.Tensor(value + 0.01 * value.std(), ms.float32))
         return net
 
-    monkeypatch.setattr(compare, "convert_to_network", convert_then_perturb)
+    monkeypatch.setattr(inputs, "convert_to_network", convert_then_perturb)
     out_json = tmp_path / "compare.json"
     code, out = run_tool(
         capsys, "--src", checkpoint, "--image", image, "--mode", "pynative", "--json", str(out_json)
@@ -166,12 +168,12 @@ def test_json_report_is_strict_json():
     """A shape mismatch has no finite difference: it becomes null, not Infinity."""
     rows = [
         ModuleDiff("backbone.backbone.stem", (1, 16, 32, 32), 1e-6, 1e-6, True),
-        compare.diff("backbone.backbone.dark2", np.zeros((1, 2)), np.zeros((1, 3)), 1e-4, 1e-4),
+        report.diff("backbone.backbone.dark2", np.zeros((1, 2)), np.zeros((1, 3)), 1e-4, 1e-4),
     ]
-    text = json.dumps(compare._json_safe(build_report(rows, model="m")), allow_nan=False)
-    report = json.loads(text)
-    assert report["first_failure"] == "backbone.backbone.dark2"
-    assert report["rows"][1]["max_abs"] is None and "shape (1, 2)" in report["rows"][1]["note"]
+    text = json.dumps(report.json_safe(build_report(rows, model="m")), allow_nan=False)
+    doc = json.loads(text)
+    assert doc["first_failure"] == "backbone.backbone.dark2"
+    assert doc["rows"][1]["max_abs"] is None and "shape (1, 2)" in doc["rows"][1]["note"]
 
 
 def test_letterbox_matches_yolox_preprocessing():
@@ -184,7 +186,7 @@ def test_letterbox_matches_yolox_preprocessing():
     spec = importlib.util.spec_from_file_location("yolox_data_augment", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    img = compare.synthetic_image(300, 500, seed=1)
+    img = inputs.synthetic_image(300, 500, seed=1)
     ours, ratio = yolox_preprocess(img, (416, 416))
     ref, ref_ratio = module.preproc(img, (416, 416))
     assert ratio == ref_ratio and np.array_equal(ours, ref)
