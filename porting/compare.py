@@ -223,3 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(json_safe(report), f, indent=2, allow_nan=False)
         print(f"JSON: {args.json}")
     return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
