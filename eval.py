@@ -12,6 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from engine.cli import prepare_config, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("eval")
@@ -19,30 +20,36 @@ log = logging.getLogger("eval")
 
 @hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if not cfg.ckpt:
-        raise SystemExit("eval.py needs a checkpoint: python eval.py ckpt=PATH")
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
-    # These import MindSpore, which must load after setup_runtime prepared the environment.
-    from data.build import build_sources
-    from data.pipeline import build_eval_dataset
-    from engine.evaluator import evaluate_on_dataset
-    from models.inference import InferenceNet, build_nms, load_detector
+    with user_errors():
+        prepare_config(cfg)
+        if not cfg.ckpt:
+            raise SystemExit("eval.py needs a checkpoint: python eval.py ckpt=PATH")
+        rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+        # These import MindSpore, which must load after setup_runtime prepared the environment.
+        from data.build import build_sources
+        from data.pipeline import build_eval_dataset
+        from engine.evaluator import evaluate_on_dataset
+        from models.inference import InferenceNet, build_nms, load_detector
 
-    _, val = build_sources(cfg.data)
-    detector, used_ema = load_detector(cfg.model, cfg.ckpt, val.num_classes)
-    log.info(
-        "%s: %s weights, %d classes; %d val images at %s",
-        cfg.ckpt,
-        "EMA" if used_ema else "raw",
-        detector.num_classes,
-        len(val),
-        list(cfg.eval.img_size),
-    )
-    dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
-    metrics, _ = evaluate_on_dataset(
-        InferenceNet(detector), build_nms(cfg.eval, detector.num_classes), dataset, val, rt.run_dir
-    )
-    log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], rt.run_dir)
+        _, val = build_sources(cfg.data)
+        detector, used_ema = load_detector(cfg.model, cfg.ckpt, val.num_classes)
+        log.info(
+            "%s: %s weights, %d classes; %d val images at %s",
+            cfg.ckpt,
+            "EMA" if used_ema else "raw",
+            detector.num_classes,
+            len(val),
+            list(cfg.eval.img_size),
+        )
+        dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
+        metrics, _ = evaluate_on_dataset(
+            InferenceNet(detector),
+            build_nms(cfg.eval, detector.num_classes),
+            dataset,
+            val,
+            rt.run_dir,
+        )
+        log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], rt.run_dir)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from engine.cli import prepare_config, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("export")
@@ -24,63 +25,67 @@ log = logging.getLogger("export")
 
 @hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if not cfg.ckpt:
-        raise SystemExit("export.py needs a checkpoint: python export.py ckpt=PATH")
-    run_dir = HydraConfig.get().runtime.output_dir
-    setup_runtime(cfg.runtime, run_dir)
-    # These import MindSpore, which must load after setup_runtime prepared the environment.
-    from models.inference import (
-        ExportError,
-        InferenceNet,
-        build_nms,
-        check_export_format,
-        export_and_verify,
-        load_detector,
-        sample_images,
-    )
+    with user_errors():
+        prepare_config(cfg)
+        if not cfg.ckpt:
+            raise SystemExit("export.py needs a checkpoint: python export.py ckpt=PATH")
+        run_dir = HydraConfig.get().runtime.output_dir
+        setup_runtime(cfg.runtime, run_dir)
+        # These import MindSpore, which must load after setup_runtime prepared the environment.
+        from models.inference import (
+            ExportError,
+            InferenceNet,
+            build_nms,
+            check_export_format,
+            export_and_verify,
+            load_detector,
+            sample_images,
+        )
 
-    fmt = check_export_format(cfg.export.format)
-    detector, used_ema = load_detector(cfg.model, cfg.ckpt)
-    with_nms = bool(cfg.export.with_nms)
-    net = InferenceNet(detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None)
-    h, w = (int(v) for v in cfg.eval.img_size)
-    batch = int(cfg.export.batch_size)
-    stem = os.path.join(
-        run_dir, f"{cfg.model.name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
-    )
-    try:
-        report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
-    except ExportError as err:
-        log.error("%s", err)
-        if with_nms:
-            log.error("the plain network may still export: add export.with_nms=false")
-        raise SystemExit(1) from err
+        fmt = check_export_format(cfg.export.format)
+        detector, used_ema = load_detector(cfg.model, cfg.ckpt)
+        with_nms = bool(cfg.export.with_nms)
+        net = InferenceNet(
+            detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None
+        )
+        h, w = (int(v) for v in cfg.eval.img_size)
+        batch = int(cfg.export.batch_size)
+        stem = os.path.join(
+            run_dir, f"{cfg.model.name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
+        )
+        try:
+            report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
+        except ExportError as err:
+            log.error("%s", err)
+            if with_nms:
+                log.error("the plain network may still export: add export.with_nms=false")
+            raise SystemExit(1) from err
 
-    report.update(
-        checkpoint=os.path.abspath(cfg.ckpt),
-        ema_weights=used_ema,
-        model=cfg.model.name,
-        num_classes=detector.num_classes,
-        with_nms=with_nms,
-        nms=OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None,
-        outputs=(
-            "dets [B, max_det, 6] (x1, y1, x2, y2 in input pixels, score, class index), counts [B]"
-            if with_nms
-            else "predictions [B, A, 5 + C] (cx, cy, w, h in input pixels, objectness, class probs)"
-        ),
-        input="BGR 0-255 float32 [B, 3, H, W], letterboxed (image top-left, pad 114)",
-    )
-    with open(os.path.join(run_dir, "export.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-    diff = report["max_abs_diff"]
-    log.info(
-        "exported %s (%s, input %s, outputs %s); max abs diff vs the network: %s",
-        report["file"],
-        report["format"],
-        report["input_shape"],
-        report["output_shapes"],
-        "not verified (no onnxruntime)" if diff is None else f"{diff:.3g}",
-    )
+        report.update(
+            checkpoint=os.path.abspath(cfg.ckpt),
+            ema_weights=used_ema,
+            model=cfg.model.name,
+            num_classes=detector.num_classes,
+            with_nms=with_nms,
+            nms=OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None,
+            outputs=(
+                "dets [B, max_det, 6] (x1, y1, x2, y2 in input pixels, score, class index), counts [B]"
+                if with_nms
+                else "predictions [B, A, 5 + C] (cx, cy, w, h in input pixels, objectness, class probs)"
+            ),
+            input="BGR 0-255 float32 [B, 3, H, W], letterboxed (image top-left, pad 114)",
+        )
+        with open(os.path.join(run_dir, "export.json"), "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+        diff = report["max_abs_diff"]
+        log.info(
+            "exported %s (%s, input %s, outputs %s); max abs diff vs the network: %s",
+            report["file"],
+            report["format"],
+            report["input_shape"],
+            report["output_shapes"],
+            "not verified (no onnxruntime)" if diff is None else f"{diff:.3g}",
+        )
 
 
 if __name__ == "__main__":

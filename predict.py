@@ -16,6 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from engine.cli import prepare_config, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("predict")
@@ -34,29 +35,31 @@ def list_images(source: str) -> list[str]:
 
 @hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if not cfg.ckpt or not cfg.source:
-        raise SystemExit("usage: python predict.py ckpt=PATH source=IMAGE_OR_FOLDER")
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
-    # These import MindSpore, which must load after setup_runtime prepared the environment.
-    from engine.predictor import Predictor
+    with user_errors():
+        prepare_config(cfg)
+        if not cfg.ckpt or not cfg.source:
+            raise SystemExit("usage: python predict.py ckpt=PATH source=IMAGE_OR_FOLDER")
+        rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+        # These import MindSpore, which must load after setup_runtime prepared the environment.
+        from engine.predictor import Predictor
 
-    predictor = Predictor(cfg)
-    results, skipped = {}, []
-    for path in list_images(str(cfg.source)):
-        records = predictor.predict_file(path, rt.run_dir)
-        if records is None:
-            skipped.append(path)
-        else:
-            results[os.path.basename(path)] = records
-    with open(os.path.join(rt.run_dir, "predictions.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
-    log.info(
-        "%d images, %d detections -> %s%s",
-        len(results),
-        sum(map(len, results.values())),
-        rt.run_dir,
-        f"; {len(skipped)} unreadable skipped" if skipped else "",
-    )
+        predictor = Predictor(cfg)
+        results, skipped = {}, []
+        for path in list_images(str(cfg.source)):
+            records = predictor.predict_file(path, rt.run_dir)
+            if records is None:
+                skipped.append(path)
+            else:
+                results[os.path.basename(path)] = records
+        with open(os.path.join(rt.run_dir, "predictions.json"), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+        log.info(
+            "%d images, %d detections -> %s%s",
+            len(results),
+            sum(map(len, results.values())),
+            rt.run_dir,
+            f"; {len(skipped)} unreadable skipped" if skipped else "",
+        )
 
 
 if __name__ == "__main__":

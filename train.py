@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from engine.cli import prepare_config, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("train")
@@ -20,22 +21,24 @@ log = logging.getLogger("train")
 
 @hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
-    # Imports MindSpore: only after setup_runtime prepared the process environment.
-    from engine.trainer import TrainingFailedError, run_training
+    with user_errors():
+        prepare_config(cfg)
+        rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+        # Imports MindSpore: only after setup_runtime prepared the process environment.
+        from engine.trainer import TrainingFailedError, run_training
 
-    try:
-        metrics = run_training(cfg, rt)
-    except TrainingFailedError as err:
-        log.error("training stopped: %s", err)
-        sys.exit(1)
-    if metrics:
-        log.info(
-            "done: mAP %.4f, mAP50 %.4f; run folder %s",
-            metrics["mAP"],
-            metrics["mAP50"],
-            rt.run_dir,
-        )
+        try:
+            metrics = run_training(cfg, rt)
+        except TrainingFailedError as err:
+            log.error("training stopped: %s", err)
+            sys.exit(1)
+        if metrics:
+            log.info(
+                "done: mAP %.4f, mAP50 %.4f; run folder %s",
+                metrics["mAP"],
+                metrics["mAP50"],
+                rt.run_dir,
+            )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from bench.common import (
     synthetic_batch,
     timed,
 )
+from engine.cli import prepare_config
 from engine.runtime import setup_runtime
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=["runtime=cpu", *args.overrides])
+        cfg = prepare_config(compose("config", overrides=["runtime=cpu", *args.overrides]))
     print_header("msdet " + ("inference" if args.infer else "training step"))
     rt = setup_runtime(cfg.runtime, ".")
     if args.infer:

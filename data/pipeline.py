@@ -22,6 +22,7 @@ import mindspore.dataset as ds
 import numpy as np
 
 from data.coco import CocoSource
+from data.config import input_size, resolve_num_workers
 from data.image_io import ImageReadError
 from data.transforms import (
     PAD_VALUE,
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 TRAIN_COLUMNS = ("images", "targets", "mask")
 EVAL_COLUMNS = ("images", "index", "scale")
 LAYOUTS = ("bgr255",)
-STRIDE = 32  # the detector's largest stride: input sides must be multiples of it
 # How far the pipeline looks for a readable replacement before giving up on the dataset.
 MAX_REPLACEMENTS = 100
 
@@ -307,17 +307,22 @@ def _to_chw(img: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32)
 
 
-def check_data_config(data_cfg: Any, img_size: Sequence[int] | None = None) -> tuple[int, int]:
-    """Validate ``data.layout`` and the input size (multiples of 32); return the size."""
+def check_data_config(
+    data_cfg: Any, img_size: Any = None, key: str = "eval.img_size"
+) -> tuple[int, int]:
+    """Validate ``data.layout`` and the input size; return the size ``(h, w)``.
+
+    The size is ``data.img_size``, or ``img_size`` (the setting named ``key``) when given:
+    one number for a square or ``[h, w]``, multiples of 32.
+    """
     if data_cfg.layout not in LAYOUTS:
         raise ValueError(
             f"data.layout={data_cfg.layout!r} is not supported; msdet feeds YOLOX's "
             f"layout {LAYOUTS[0]!r} (BGR, 0-255, CHW)"
         )
-    size = tuple(int(v) for v in (img_size if img_size is not None else data_cfg.img_size))
-    if len(size) != 2 or any(v <= 0 or v % STRIDE for v in size):
-        raise ValueError(f"input size must be [h, w], multiples of {STRIDE}; got {list(size)}")
-    return size
+    if img_size is None:
+        return input_size(data_cfg.img_size, "data.img_size")
+    return input_size(img_size, key)
 
 
 def build_train_dataset(
@@ -360,7 +365,7 @@ def build_train_dataset(
         samples,
         column_names=list(TRAIN_COLUMNS),
         sampler=sampler,
-        num_parallel_workers=int(data_cfg.num_workers),
+        num_parallel_workers=resolve_num_workers(data_cfg.num_workers, world_size),
         python_multiprocessing=bool(data_cfg.python_multiprocessing),
     )
     dataset = dataset.batch(batch_size, drop_remainder=True)
@@ -401,7 +406,7 @@ def build_eval_dataset(
         EvalSamples(source, size, positions),
         column_names=list(EVAL_COLUMNS),
         shuffle=False,
-        num_parallel_workers=int(data_cfg.num_workers),
+        num_parallel_workers=resolve_num_workers(data_cfg.num_workers, world_size),
         python_multiprocessing=bool(data_cfg.python_multiprocessing),
     )
     return dataset.batch(batch_size, drop_remainder=True)

@@ -171,21 +171,27 @@ def export_and_verify(
 ) -> dict[str, Any]:
     """Export ``net`` and check the file against the Cell; returns a report for export.json.
 
-    The report holds ``file``, ``format``, ``input_shape``, ``output_shapes`` and
-    ``max_abs_diff`` (None: an ONNX file that could not be checked without onnxruntime).
+    The report holds ``file``, ``format``, ``input_shape``, ``output_shapes``,
+    ``max_abs_diff`` (None: an ONNX file that could not be checked without onnxruntime) and,
+    for a network with NMS, ``example_detections``: how many detections the compared
+    outputs held (0 would make the check say nothing about the boxes).
     """
     path = export_network(net, example, path_stem, fmt)
     if fmt.upper() == "MINDIR":
         diff = verify_mindir(net, path, example)
     else:
         diff = verify_onnx(net, path, example)
-    return {
+    outputs = run_cell(net, example)
+    report = {
         "file": path,
         "format": fmt.upper(),
         "input_shape": list(example.shape),
-        "output_shapes": [list(o.shape) for o in run_cell(net, example)],
+        "output_shapes": [list(o.shape) for o in outputs],
         "max_abs_diff": diff,
     }
+    if len(outputs) == 2:  # (dets, counts)
+        report["example_detections"] = int(outputs[1].sum())
+    return report
 
 
 def first_line(err: BaseException) -> str:

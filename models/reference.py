@@ -26,9 +26,11 @@ class ReferenceMissingError(ImportError):
 
 
 def _greedy_nms(boxes, scores, iou_threshold: float):
+    """torchvision.ops.nms: kept indices in decreasing score order (ties: input order);
+    a box is suppressed when its IoU with a kept box is > ``iou_threshold``."""
     import torch
 
-    order = torch.argsort(scores, descending=True)
+    order = torch.argsort(scores, descending=True, stable=True)
     keep = []
     x1, y1, x2, y2 = boxes.unbind(1)
     areas = (x2 - x1) * (y2 - y1)
@@ -46,6 +48,8 @@ def _greedy_nms(boxes, scores, iou_threshold: float):
 
 
 def _batched_nms(boxes, scores, idxs, iou_threshold: float):
+    """torchvision.ops.batched_nms: NMS within each class (``idxs``), kept indices in
+    decreasing score order."""
     # torchvision's trick: offset boxes per class so different classes never overlap.
     if boxes.numel() == 0:
         import torch
@@ -55,17 +59,32 @@ def _batched_nms(boxes, scores, idxs, iou_threshold: float):
     return _greedy_nms(boxes + offsets[:, None], scores, iou_threshold)
 
 
-def install_torchvision_standin() -> None:
-    """Register a minimal ``torchvision`` (ops.nms, ops.batched_nms) unless a real one imports."""
-    if "torchvision" in sys.modules:
-        return
+def install_torchvision_standin() -> bool:
+    """Register a minimal ``torchvision`` (ops.nms, ops.batched_nms) unless a real one imports.
+
+    Returns True when ``torchvision.ops`` is the stand-in. A torchvision that is installed but
+    fails to import (PyPI's CUDA build beside CPU torch: "operator torchvision::nms does
+    not exist") counts as missing.
+    """
+    current = sys.modules.get("torchvision.ops")
+    if current is not None and getattr(current, "nms", None) is not None:
+        return getattr(current, "STANDIN", False)
+    try:
+        import torchvision.ops  # noqa: F401
+
+        return False
+    except Exception:  # ImportError, or the RuntimeError of a mismatched build
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
     tv = types.ModuleType("torchvision")
     tv_ops = types.ModuleType("torchvision.ops")
     tv_ops.nms = _greedy_nms
     tv_ops.batched_nms = _batched_nms
+    tv_ops.STANDIN = True
     tv.ops = tv_ops
     sys.modules["torchvision"] = tv
     sys.modules["torchvision.ops"] = tv_ops
+    return True
 
 
 def import_yolox() -> Any:

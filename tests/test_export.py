@@ -30,8 +30,14 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
     ckpt = str(tmp_path / "nano.ckpt")
     ms.save_checkpoint(build_model(load_model_config("yolox_nano"), 3), ckpt)
     run_dir = tmp_path / "run"
+    # A random-init model scores ~1e-4 everywhere: threshold 0 keeps candidates, so the
+    # file's detections are compared with the network's, not two empty outputs.
     proc = run_export(
-        f"ckpt={ckpt}", "eval.img_size=[128,128]", "eval.max_det=20", f"hydra.run.dir={run_dir}"
+        f"ckpt={ckpt}",
+        "eval.img_size=128",
+        "eval.max_det=20",
+        "eval.conf_thresh=0.0",
+        f"hydra.run.dir={run_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((run_dir / "export.json").read_text())
@@ -41,6 +47,7 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
     assert report["input_shape"] == [1, 3, 128, 128]
     assert report["output_shapes"] == [[1, 20, 6], [1]]
     assert report["max_abs_diff"] <= 1e-5
+    assert report["example_detections"] == 20  # max_det boxes for the one image
 
 
 def test_export_without_a_checkpoint_says_how_to_call_it(tmp_path):

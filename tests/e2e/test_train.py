@@ -45,13 +45,13 @@ def test_run_folder_holds_every_artefact(trained):
     assert [r["epoch"] for r in rows] == [1, 2, 3]
 
 
-def test_loss_went_down_and_logs_tell_the_truth(trained):
+def test_logs_tell_the_truth(trained):
     run_dir, out = trained
     rows = read_results(run_dir)
-    iou = [r["loss_iou"] for r in rows]
-    assert iou[0] > iou[1] > iou[2]  # boxes improve every epoch
-    # Total loss of the augmented epochs (the no-aug epoch adds L1 and changes the data).
-    assert rows[1]["loss_total"] < rows[0]["loss_total"]
+    for row in rows:
+        assert all(np.isfinite(row[k]) for k in ("loss_total", "loss_iou", "loss_obj"))
+        parts = row["loss_iou"] + row["loss_obj"] + row["loss_cls"] + row["loss_l1"]
+        assert row["loss_total"] == pytest.approx(parts, rel=1e-4)  # the terms add up
     assert rows[0]["loss_l1"] == 0 and rows[-1]["loss_l1"] > 0  # L1 on in the no-aug epoch
     log = Path(os.path.join(run_dir, "train.log")).read_text()
     assert "amp O2" in log and "cannot sink data on CPU" in log
@@ -60,31 +60,83 @@ def test_loss_went_down_and_logs_tell_the_truth(trained):
     assert "per step time" in out.stdout
 
 
+def test_console_has_no_framework_warnings(trained):
+    """A run's console shows msdet's lines, LossMonitor/TimeMonitor and the evaluation
+    tables; nothing from MindSpore's logger (e.g. NMS graph side-effect warnings)."""
+    _, out = trained
+    noise = [line for line in (out.stdout + out.stderr).splitlines() if "[WARNING]" in line]
+    assert noise == []
+
+
+# Four images, one batch, no augmentation: the same batch every step, so the loss must
+# fall far more than run-to-run (and machine-to-machine) rounding can move it. Measured on
+# the development CPU: 12.3 -> 8.9 over 30 steps (first three 12.08, last three 8.83).
+OVERFIT = [
+    "data.num_train=4",
+    "data.num_val=4",
+    "train.epochs=30",
+    "train.warmup_epochs=0",
+    "train.no_aug_epochs=0",
+    "train.eval_interval=100",
+    "train.lr_per_img=0.005",
+    "train.ema=false",
+    "train.tensorboard=false",
+    "data.aug.mosaic_prob=0",
+    "data.aug.hsv_prob=0",
+    "data.aug.flip_prob=0",
+    "data.aug.degrees=0",
+    "data.aug.translate=0",
+    "data.aug.shear=0",
+]
+
+
+def test_training_fits_a_fixed_batch(tmp_path, cache_dir):
+    out = run_entry("train.py", tmp_path / "overfit", cache_dir, *OVERFIT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    total = [r["loss_total"] for r in read_results(tmp_path / "overfit")]
+    assert len(total) == 30
+    first, last = np.mean(total[:3]), np.mean(total[-3:])
+    assert last < 0.85 * first, total
+
+
 def final_weights(run_dir) -> dict[str, np.ndarray]:
     params = ms.load_checkpoint(os.path.join(run_dir, "checkpoints", "last.ckpt"))
     return {k: v.asnumpy() for k, v in params.items() if not k.startswith("msdet_")}
 
 
-def test_resume_continues_exactly(tmp_path, cache_dir):
-    """2 epochs straight == 1 epoch, stop, resume for the 2nd (CPU is deterministic)."""
-    common = ["train.epochs=2", "train.no_aug_epochs=1", "train.tensorboard=false"]
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    out = run_entry("train.py", straight, cache_dir, *common)
+# 12 steps per epoch (48 images): long enough that a kill lands inside epoch 2.
+RESUME = ["train.epochs=3", "train.no_aug_epochs=1", "train.tensorboard=false", "data.num_train=48"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, cache_dir):
+    """The uninterrupted run the resumed ones must reproduce bit for bit."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    out = run_entry("train.py", run_dir, cache_dir, *RESUME)
     assert out.returncode == 0, out.stderr[-3000:]
-    out = run_entry("train.py", stopped, cache_dir, *common, "train.stop_at_epoch=1")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert len(read_results(stopped)) == 1
-    out = run_entry("train.py", stopped, cache_dir, *common, "train.resume=auto")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "resumed from" in Path(os.path.join(stopped, "train.log")).read_text()
-    assert [r["epoch"] for r in read_results(stopped)] == [1, 2]
-    a, b = final_weights(straight), final_weights(stopped)
+    return final_weights(run_dir)
+
+
+def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     assert set(a) == set(b)
     worst = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
     assert worst == 0.0, f"resumed run differs from the straight run by {worst}"
 
 
-def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
+def test_resume_continues_exactly(tmp_path, cache_dir, straight):
+    """3 epochs straight == 1 epoch, stop, resume (CPU is deterministic on one machine)."""
+    stopped = tmp_path / "stopped"
+    out = run_entry("train.py", stopped, cache_dir, *RESUME, "train.stop_at_epoch=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(read_results(stopped)) == 1
+    out = run_entry("train.py", stopped, cache_dir, *RESUME, "train.resume=auto")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed from" in Path(os.path.join(stopped, "train.log")).read_text()
+    assert [r["epoch"] for r in read_results(stopped)] == [1, 2, 3]
+    assert_same_weights(final_weights(stopped), straight)
+
+
+def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir, straight):
     run_dir = tmp_path / "killed"
     args = [
         sys.executable,
@@ -92,9 +144,7 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
         *TINY,
         f"data.cache_dir={cache_dir}",
         f"hydra.run.dir={run_dir}",
-        "train.epochs=3",
-        "train.no_aug_epochs=0",
-        "data.num_train=48",
+        *RESUME,
     ]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = run_dir / "checkpoints" / "epoch_0001.ckpt"
@@ -105,16 +155,9 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert first.exists() and not (run_dir / "checkpoints" / "epoch_0003.ckpt").exists()
-    out = run_entry(
-        "train.py",
-        run_dir,
-        cache_dir,
-        "train.epochs=3",
-        "train.no_aug_epochs=0",
-        "data.num_train=48",
-        "train.resume=auto",
-    )
+    out = run_entry("train.py", run_dir, cache_dir, *RESUME, "train.resume=auto")
     assert out.returncode == 0, out.stderr[-3000:]
     log = Path(run_dir / "train.log").read_text()
     assert "after epoch 1" in log or "after epoch 2" in log
     assert [r["epoch"] for r in read_results(run_dir)] == [1, 2, 3]
+    assert_same_weights(final_weights(run_dir), straight)

@@ -106,9 +106,12 @@ def test_max_abs_diff_rejects_different_outputs():
 
 
 def test_onnx_export_with_nms_matches_onnxruntime(nets, images, tmp_path):
-    pytest.importorskip("onnxruntime")  # not a msdet requirement
+    import onnxruntime  # noqa: F401  (requirements-dev pins it: a missing one is a failure)
+
     path = export_network(nets["nms"], images, str(tmp_path / "nano"), "ONNX")
-    assert verify_onnx(nets["nms"], path, sample_images(2, IMG, seed=1)) <= 1e-5
+    check = sample_images(2, IMG, seed=1)
+    assert run_cell(nets["nms"], check)[1].min() > 0, "the check needs detections"
+    assert verify_onnx(nets["nms"], path, check) <= 1e-5
 
 
 def test_build_nms_reads_the_eval_config():

@@ -1,0 +1,81 @@
+"""Data settings as users type them: sizes as one number or [h, w], workers auto or clamped."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from omegaconf import OmegaConf
+
+from data.config import (
+    LOCAL_RANKS_VAR,
+    available_cores,
+    input_size,
+    ranks_on_this_host,
+    resolve_num_workers,
+)
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (256, (256, 256)),
+        ("320", (320, 320)),
+        ([320, 416], (320, 416)),
+        ((64, 96), (64, 96)),
+        (OmegaConf.create({"s": [128, 160]}).s, (128, 160)),
+        (320.0, (320, 320)),
+    ],
+)
+def test_sizes_accept_a_number_or_a_pair(value, expected):
+    assert input_size(value, "eval.img_size") == expected
+
+
+@pytest.mark.parametrize(
+    "value", [250, [320, 300], [320], [320, 320, 320], 0, -32, "big", None, 320.5]
+)
+def test_bad_sizes_name_the_key(value):
+    with pytest.raises(ValueError, match=r"eval\.img_size"):
+        input_size(value, "eval.img_size")
+
+
+def test_auto_workers_take_half_the_cores_of_a_rank(monkeypatch):
+    monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
+    assert resolve_num_workers("auto", cores=2) == 1
+    assert resolve_num_workers("auto", cores=1) == 1
+    assert resolve_num_workers("auto", cores=8) == 4
+    assert resolve_num_workers("auto", cores=192) == 8  # capped
+    # Eight ranks on one 192-core host: 24 cores each, 8 workers (the cap); on 16 cores, 1.
+    assert resolve_num_workers("auto", world_size=8, cores=192) == 8
+    assert resolve_num_workers("auto", world_size=8, cores=16) == 1
+
+
+def test_explicit_workers_are_clamped_with_one_log_line(monkeypatch, caplog):
+    monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
+    with caplog.at_level(logging.INFO, logger="data.config"):
+        assert resolve_num_workers(4, cores=2) == 2
+        assert resolve_num_workers(4, cores=2) == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["data.num_workers=4: only 2 CPU cores per rank here, using 2 workers"]
+    assert resolve_num_workers(2, cores=2) == 2
+    assert resolve_num_workers(3, world_size=2, cores=4) == 2  # two ranks share the 4 cores
+
+
+def test_ranks_per_host_come_from_the_launcher(monkeypatch):
+    monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
+    assert ranks_on_this_host(8) == 8  # unknown: assume every rank is here
+    monkeypatch.setenv(LOCAL_RANKS_VAR, "4")  # 8 ranks over two hosts
+    assert ranks_on_this_host(8) == 4
+    assert resolve_num_workers("auto", world_size=8, cores=16) == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, "many", 1.5])
+def test_bad_worker_counts_name_the_key(value):
+    with pytest.raises(ValueError, match=r"data\.num_workers"):
+        resolve_num_workers(value, cores=4)
+
+
+def test_available_cores_is_what_the_process_may_use():
+    import os
+
+    assert 1 <= available_cores() <= (os.cpu_count() or 1)
