@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Small enough for ~30 s per run on 2 cores (most of it graph compilation).
 TINY = [
     "runtime=cpu",
-    "data.num_train=24",
-    "data.num_val=8",
+    "data.num_train=24",  # TINY_TRAIN
+    "data.num_val=8",  # TINY_VAL
     "data.img_size=[128,128]",
     "eval.img_size=[128,128]",
     "eval.batch_size=4",
@@ -21,6 +22,23 @@ TINY = [
     "train.eval_interval=1",
     "train.log_interval=2",
 ]
+
+
+TINY_TRAIN, TINY_VAL, SHAPES_SEED = 24, 8, 0
+
+
+def tiny_val_split(cache_dir) -> tuple[Path, Path]:
+    """(annotation file, image folder) of the TINY set's val split, generated if missing
+    (so that a test reading it runs alone, without a training run before it)."""
+    from data.synthetic import ensure_shapes_dataset, shapes_root
+
+    root = ensure_shapes_dataset(
+        shapes_root(str(cache_dir), SHAPES_SEED, TINY_TRAIN, TINY_VAL),
+        TINY_TRAIN,
+        TINY_VAL,
+        SHAPES_SEED,
+    )
+    return Path(root) / "annotations" / "instances_val.json", Path(root) / "val"
 
 
 def run_entry(
