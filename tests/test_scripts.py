@@ -1,8 +1,9 @@
 """The shell launchers and the container files, without launching a job or building an image.
 
 Bad input must stop a launcher before anything starts, with an error naming the parameter;
-the docker command must mount what the host has; the Dockerfiles must lint, COPY only
-files that exist and survive .dockerignore, and install exactly the pinned requirements.
+the docker command must mount what the host has; the Dockerfiles must COPY only files
+that exist and survive .dockerignore, and install exactly the pinned requirements. (Their
+lint, shellcheck and hadolint, is scripts/lint.sh.)
 """
 
 from __future__ import annotations
@@ -31,14 +32,6 @@ LAUNCHERS = (
 DOCKERFILES = ("Dockerfile", "Dockerfile.ascend")
 
 
-def tool(name: str) -> str:
-    """A linter from this venv (requirements-dev.txt) or PATH."""
-    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: pip install -r requirements-dev.txt")
-    return path
-
-
 def run_script(name: str, *args: str, cwd=ROOT, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_"))}
     full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env["PATH"]
@@ -63,22 +56,7 @@ def test_scripts_exist_and_are_executable():
         assert path.read_text().startswith("#!/usr/bin/env bash\n"), name
 
 
-def test_shell_scripts_pass_shellcheck():
-    files = sorted(str(p) for p in SCRIPTS.glob("*.sh"))
-    if (ROOT / ".ci" / "run").is_file():
-        files.append(str(ROOT / ".ci" / "run"))
-    out = subprocess.run(
-        [tool("shellcheck"), "--external-sources", *files],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stdout
-
-
-def test_dockerfiles_pass_hadolint():
-    out = subprocess.run([tool("hadolint"), *DOCKERFILES], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+# shellcheck and hadolint run in scripts/lint.sh (CI's lint step), not here as well.
 
 
 # ---- launcher errors: clear, named, and before anything starts --------------------------------
