@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set up the test environment (a .venv with the pinned requirements and the PyTorch YOLOX
 # original used as the parity reference) and run the test suite. Extra arguments go to
-# pytest, e.g. `bash scripts/test.sh tests/models -k parity`.
+# pytest, e.g. `bash scripts/test.sh tests/models -k parity`, or `-m "not slow"` for the
+# fast tier. PYTHON picks the interpreter (default python3; 3.10-3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3.11}"
+PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
 if [ ! -x "${VENV}/bin/python" ]; then
@@ -13,6 +14,8 @@ if [ ! -x "${VENV}/bin/python" ]; then
 fi
 "${VENV}/bin/python" -m pip install --quiet --upgrade pip
 "${VENV}/bin/python" -m pip install --quiet -r requirements-dev.txt
+# Building yolox without build isolation needs setuptools, which venvs of Python 3.12+ lack.
+"${VENV}/bin/python" -m pip install --quiet setuptools wheel
 # YOLOX 0.3.0 pins onnx/onnxruntime versions that do not exist for Python 3.11, hence
 # --no-deps; it builds a small C++ op (MAX_JOBS=1 keeps memory low on small machines).
 if ! "${VENV}/bin/python" -c "import yolox" 2>/dev/null; then
