@@ -243,6 +243,10 @@ on_signal() {
 }
 trap on_signal INT TERM
 
+# The ranks of this node share its CPU cores: data.num_workers=auto (data/config.py) divides
+# them by this count (msrun does not tell its workers its --local_worker_num).
+export MSDET_LOCAL_RANKS="${NUM_CARDS}"
+
 # ---- rank table (Ascend only): one process per card, watched by this script ----------------
 launch_with_rank_table() {
     local card rank pid code done_count
