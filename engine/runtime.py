@@ -183,8 +183,9 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     ms.set_context(**context)
     if cfg.deterministic:
         ms.set_deterministic(True)
-    if device == "CPU" and cfg.threads:
-        ms.device_context.cpu.op_tuning.threads_num(int(cfg.threads))
+    threads = cpu_threads(cfg.threads) if device == "CPU" else None
+    if threads:
+        ms.device_context.cpu.op_tuning.threads_num(threads)
 
     rank, world = 0, 1
     if cfg.distributed:
@@ -210,6 +211,26 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
     return rt
+
+
+def cpu_threads(requested: Any) -> int | None:
+    """CPU operator threads: ``runtime.threads`` when set (at most the cores this process
+    may use), else, when several ranks share this host, an equal share of its cores (each
+    rank would otherwise start a thread per core); None leaves MindSpore's default."""
+    from data.config import available_cores, ranks_on_this_host
+
+    cores = available_cores()
+    if requested:
+        if int(requested) > cores:
+            log.info(
+                "runtime.threads=%d: this process may use %d cores; using %d",
+                int(requested),
+                cores,
+                cores,
+            )
+        return max(1, min(int(requested), cores))
+    local = ranks_on_this_host(1)  # the launcher's count; 1 outside a launcher
+    return max(1, cores // local) if local > 1 else None
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

@@ -107,3 +107,18 @@ def test_distributed_outside_a_launcher_names_the_scripts(tmp_path):
     )
     assert out.returncode != 0
     assert "run_distributed_train.sh" in out.stderr
+
+
+def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
+    from data.config import LOCAL_RANKS_VAR, available_cores
+    from engine.runtime import cpu_threads
+
+    monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
+    cores = available_cores()
+    assert cpu_threads(None) is None  # one process: MindSpore's own default
+    assert cpu_threads(1) == 1
+    assert cpu_threads(cores + 5) == cores  # clamped to what the process may use
+    monkeypatch.setenv(LOCAL_RANKS_VAR, str(cores * 2))  # more ranks than cores
+    assert cpu_threads(None) == 1
+    monkeypatch.setenv(LOCAL_RANKS_VAR, "1")
+    assert cpu_threads(None) is None
