@@ -49,7 +49,12 @@ from engine.checkpoint import (
 )
 from engine.evaluator import evaluate_on_dataset
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
-from engine.runtime import Runtime, collect_compile_failure, convert_sync_batchnorm
+from engine.runtime import (
+    Runtime,
+    collect_compile_failure,
+    convert_sync_batchnorm,
+    float_status_ops,
+)
 from engine.train_step import ModelEMA, TrainStep
 from models.checkpoint import load_weights, network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
@@ -147,7 +152,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     )
     if tcfg.max_steps_per_epoch:
         dataset = dataset.take(steps_per_epoch)
-    steps_per_sink, sinks_per_epoch = _sink_plan(rt, steps_per_epoch)
+    steps_per_sink, sinks_per_epoch = _sink_plan(
+        rt, steps_per_epoch, profiling=int(cfg.runtime.profile_steps) > 0
+    )
 
     state = TrainState(
         epochs=epochs,
@@ -241,14 +248,22 @@ def build_train_step(
         clip_norm=tcfg.clip_grad_norm or 0.0,
         grad_reducer=reducer,
         skip_nonfinite=skip_nonfinite,
+        float_status=float_status_ops() if rt.float_status else None,
     )
     step.set_train(True)
     return step
 
 
-def _sink_plan(rt: Runtime, steps_per_epoch: int) -> tuple[int, int]:
-    """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch."""
+def _sink_plan(rt: Runtime, steps_per_epoch: int, profiling: bool = False) -> tuple[int, int]:
+    """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch.
+
+    ``profiling``: one step per sink, so that the profiler's step boundaries are steps,
+    not whole sinks (a profiling run is a diagnostic run; its speed is not the point).
+    """
     size = int(rt.sink_size)
+    if rt.sink_effective and profiling:
+        log.info("runtime.profile_steps: one step per sink while profiling")
+        return 1, steps_per_epoch
     if not rt.sink_effective or size in (-1, 0, steps_per_epoch):
         return steps_per_epoch, 1
     if size < 0 or steps_per_epoch % size:
@@ -264,7 +279,13 @@ def _build_callbacks(
     tcfg = cfg.train
     cbs = [
         NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
-        StepStats(state, net, bool(cfg.runtime.check_finite), rt.uses_dynamic_loss_scale),
+        StepStats(
+            state,
+            train_step.stats,
+            net,
+            bool(cfg.runtime.check_finite),
+            rt.uses_dynamic_loss_scale,
+        ),
         UnreadableImagesReport(state, train_src.unreadable),
     ]
     if rt.is_main:
