@@ -107,3 +107,20 @@ def test_distributed_outside_a_launcher_names_the_scripts(tmp_path):
     )
     assert out.returncode != 0
     assert "run_distributed_train.sh" in out.stderr
+
+
+def test_float_status_register_where_mindspore_reads_it():
+    # As mindspore/amp.py and nn/wrap/loss_scale.py decide: the Atlas training series
+    # always, A2 only in saturation mode, nowhere else.
+    assert runtime.float_status_register(True, False, None) is True
+    assert runtime.float_status_register(False, True, "SATURATION_MODE") is True
+    assert runtime.float_status_register(False, True, "INFNAN_MODE") is False
+    assert runtime.float_status_register(False, True, None) is False
+    assert runtime.float_status_register(False, False, "SATURATION_MODE") is False
+
+
+def test_precision_mode_default_keeps_fp32_and_bad_values_are_named():
+    assert runtime.DEFAULT_PRECISION_MODE == "must_keep_origin_dtype"
+    assert runtime.check_precision_mode("force_fp16") == "force_fp16"
+    with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
+        runtime.check_precision_mode("fp16_please")
