@@ -23,6 +23,7 @@ import numpy as np
 from mindspore import Tensor
 from mindspore.train import Callback
 
+from data.pipeline import first_no_aug_epoch
 from engine.step_stats import LOSS_TERMS, read_and_reset
 
 log = logging.getLogger("train")
@@ -205,12 +206,13 @@ def first_nonfinite_parameter(network) -> str | None:
 
 
 class NoAugSwitch(EpochCallback):
-    """Turns the L1 loss on for the last ``no_aug_epochs`` (the data turns mosaic off)."""
+    """Turns the L1 loss on for the no-augmentation epochs (the data turns mosaic off),
+    from :func:`data.pipeline.first_no_aug_epoch` on, as YOLOX."""
 
     def __init__(self, state: TrainState, loss_cell, no_aug_epochs: int):
         super().__init__(state)
         self.loss_cell = loss_cell
-        self.first_no_aug = state.epochs - no_aug_epochs + 1
+        self.first_no_aug = first_no_aug_epoch(state.epochs, no_aug_epochs) + 1  # 1-based
 
     def begin_epoch(self, epoch, run_context):
         on = epoch >= self.first_no_aug
@@ -220,19 +222,27 @@ class NoAugSwitch(EpochCallback):
 
 
 class EvalCallback(EpochCallback):
-    """Evaluates (EMA weights when kept) every ``interval`` epochs and after the last one.
+    """Evaluates (EMA weights when kept) every ``interval`` epochs, every epoch of the
+    no-augmentation epochs (as YOLOX) and after the last one.
 
     ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``); this decides when
     and tracks the best mAP.
     """
 
-    def __init__(self, state: TrainState, evaluate, interval: int):
+    def __init__(self, state: TrainState, evaluate, interval: int, no_aug_epochs: int = 0):
         super().__init__(state)
         self.evaluate = evaluate
         self.interval = max(int(interval), 1)
+        self.first_no_aug = first_no_aug_epoch(state.epochs, no_aug_epochs) + 1  # 1-based
+
+    def due(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` (1-based) ends with an evaluation."""
+        return (
+            epoch % self.interval == 0 or epoch >= self.first_no_aug or epoch == self.state.epochs
+        )
 
     def end_epoch(self, epoch, run_context):
-        if self.state.failure or not (epoch % self.interval == 0 or epoch == self.state.epochs):
+        if self.state.failure or not self.due(epoch):
             return
         metrics = self.evaluate(epoch)
         st = self.state

@@ -291,7 +291,9 @@ def _build_callbacks(
     if rt.is_main:
         meta = {META_MODEL: str(cfg.model.name), META_CLASSES: int(num_classes)}
         cbs += [
-            EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval)),
+            EvalCallback(
+                state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs)
+            ),
             EpochSummary(state),
             CheckpointCallback(
                 state,
