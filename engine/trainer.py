@@ -218,7 +218,22 @@ def apply_amp(net: nn.Cell, rt: Runtime) -> None:
         return
     # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
     with contextlib.chdir(rt.run_dir):
-        ms.amp.auto_mixed_precision(net, rt.amp_level)
+        mixed_precision(net, rt.amp_level)
+
+
+def mixed_precision(net: nn.Cell, level: str) -> None:
+    """MindSpore's AMP at ``level``; at O2 SyncBatchNorm stays in float32 like BatchNorm.
+
+    MindSpore's O2 black list (``ms.amp.get_black_list()``) names BatchNorm1d/2d/3d and
+    LayerNorm only, so the SyncBatchNorm layers of ``runtime.sync_bn`` would compute their
+    statistics in float16. O2 is a black-list conversion; this is the same one with
+    SyncBatchNorm added.
+    """
+    if level == "O2":
+        black_list = ms.amp.get_black_list() + [nn.SyncBatchNorm]
+        ms.amp.custom_mixed_precision(net, black_list=black_list)
+    else:
+        ms.amp.auto_mixed_precision(net, level)
 
 
 def build_train_step(
