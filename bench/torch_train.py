@@ -85,7 +85,7 @@ def train_original(
     ema = ModelEMA(net, 0.9998)
     history, start, it = [], time.time(), 0
     for epoch in range(epochs):
-        if epoch == epochs - no_aug_epochs:
+        if epoch + 1 == epochs - no_aug_epochs:  # as YOLOX's Trainer.before_epoch
             dataset.enable_mosaic = False  # YOLOX's close_mosaic + L1 on
             net.head.use_l1 = True
         loader = torch.utils.data.DataLoader(

@@ -138,6 +138,18 @@ class EpochSampler(ds.Sampler):
         return self.world_size > 1
 
 
+def first_no_aug_epoch(epochs: int, no_aug_epochs: int) -> int:
+    """The 0-based epoch from which mosaic/mixup are off and the L1 loss is on.
+
+    As YOLOX's trainer, which switches before epoch ``e`` when ``e + 1 == epochs -
+    no_aug_epochs``: ``no_aug_epochs + 1`` epochs without mosaic (16 for 15). ``0`` turns
+    the switch off (YOLOX would still switch before the last epoch).
+    """
+    if int(no_aug_epochs) <= 0:
+        return int(epochs)
+    return max(int(epochs) - int(no_aug_epochs) - 1, 0)
+
+
 class TrainSamples:
     """The training recipe of YOLOX as a random-access source for ``GeneratorDataset``.
 
@@ -146,7 +158,7 @@ class TrainSamples:
     then (``mixup_prob``, if boxes remain) mixed up with a random image that has objects;
     otherwise the image alone. Then HSV jitter (``hsv_prob``), horizontal flip
     (``flip_prob``), letterbox to ``img_size`` and removal of boxes thinner than 1 px.
-    From epoch ``epochs - no_aug_epochs`` on, mosaic and mixup are off (YOLOX's last
+    From epoch :func:`first_no_aug_epoch` on, mosaic and mixup are off (YOLOX's last
     epochs). An image that fails to load is replaced by the next readable one, warned
     about once per file and counted in ``source.unreadable`` (see
     :class:`data.image_io.UnreadableImageStats`).
@@ -167,7 +179,7 @@ class TrainSamples:
         self.max_objects = int(max_objects)
         self.aug = aug
         self.seed = int(seed)
-        self.strong_aug_epochs = int(epochs) - int(no_aug_epochs)
+        self.strong_aug_epochs = first_no_aug_epoch(epochs, no_aug_epochs)
         self.with_objects = np.array(
             [i for i in range(len(source)) if source.has_objects(i)], dtype=np.int64
         )

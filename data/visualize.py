@@ -4,7 +4,7 @@
 
 Trailing arguments are Hydra overrides of ``configs/config.yaml``. The samples are
 exactly what training sees in ``--epoch`` (mosaic and mixup are off in the last
-``train.no_aug_epochs`` epochs), before conversion to float CHW.
+``train.no_aug_epochs + 1`` epochs, as YOLOX), before conversion to float CHW.
 """
 
 from __future__ import annotations

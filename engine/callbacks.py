@@ -3,7 +3,10 @@
 MindSpore calls ``on_train_epoch_end`` once per *sink* in data-sink mode; with
 ``runtime.sink_size`` smaller than an epoch, several sinks make one epoch. The
 :class:`EpochCallback` base turns sinks back into epochs, so every callback here speaks
-of real epochs (1-based, as MindSpore counts them).
+of real epochs (1-based, as MindSpore counts them). It also calls the step-end callbacks
+once per sink, with the last step's outputs only: per-step figures (loss sums, steps run and
+skipped) come from the training step's in-graph statistics (:class:`StepStats`), never from
+counting callback calls.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import numpy as np
 from mindspore import Tensor
 from mindspore.train import Callback
 
+from data.pipeline import first_no_aug_epoch
+from engine.step_stats import LOSS_TERMS, read_and_reset
+
 log = logging.getLogger("train")
 
-LOSS_NAMES = ("total", "iou", "obj", "cls", "l1")
+LOSS_NAMES = LOSS_TERMS
 # Positions in the training step's outputs (see engine.train_step.TrainStep).
-OUT_NUM_FG, OUT_LR, OUT_SCALE, OUT_OVERFLOW = 5, 6, 7, 8
+OUT_LR, OUT_SCALE = 6, 7
 
 
 @dataclass
@@ -39,8 +45,8 @@ class TrainState:
     best_map: float = -1.0
     epoch: int = 0
     sums: dict[str, float] = field(default_factory=dict)
-    steps: int = 0
-    overflow_steps: int = 0
+    steps: int = 0  # steps run this epoch (images/s counts them all)
+    overflow_steps: int = 0  # of which skipped (overflow or non-finite): not in the sums
     lr: float = 0.0
     loss_scale: float = 1.0
     epoch_start: float = 0.0
@@ -62,7 +68,8 @@ class TrainState:
         self.epoch_start = time.time()
 
     def means(self) -> dict[str, float]:
-        n = max(self.steps, 1)
+        """Mean of each summed term over the steps that updated the weights."""
+        n = max(self.steps - self.overflow_steps, 1)
         return {k: v / n for k, v in self.sums.items()}
 
 
@@ -98,80 +105,84 @@ def _scalar(t: Any) -> float:
 
 
 class StepStats(EpochCallback):
-    """Accumulates the loss terms of every step; stops on a non-finite loss.
+    """Reads the training step's in-graph statistics (``engine.step_stats``) at each
+    step-end call, which is once per sink with data sinking, and every step without.
 
-    fp32: the first non-finite loss stops the run, naming the epoch, the step, the loss
-    term and the first parameter that is no longer finite (the training step skips the
-    update of a non-finite loss, so that is the parameter that caused it, not every weight
-    the NaN gradient would have reached). With dynamic loss scaling an
-    overflowed step was skipped by the training step; ``max_overflows`` in a row stop it.
+    fp32: a skipped step (non-finite loss or gradient on any rank) stops the run, naming
+    the epoch, the step, the loss terms that were not finite and the first parameter that
+    is no longer finite (the training step skips that update, so it is the parameter that
+    caused it, not every weight the NaN gradient would have reached). With dynamic loss
+    scaling overflowed steps are skipped by the training step; ``max_overflows`` skipped
+    steps in a row (counted in-graph, across sinks) stop the run.
     """
 
     def __init__(
         self,
         state: TrainState,
+        statistics,
         network,
         check_finite: bool,
         dynamic_scale: bool,
         max_overflows: int = 50,
     ):
         super().__init__(state)
+        self.statistics = statistics
         self.network = network
         self.check_finite = check_finite
         self.dynamic_scale = dynamic_scale
         self.max_overflows = max_overflows
-        self.overflows_in_row = 0
 
     def begin_epoch(self, epoch, run_context):
         self.state.reset_epoch(epoch)
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
-        out = [_scalar(t) for t in cb.net_outputs]
+        out = cb.net_outputs
         st = self.state
-        st.lr, st.loss_scale = out[OUT_LR], out[OUT_SCALE]
-        step_in_epoch = (cb.cur_step_num - 1) % st.steps_per_epoch + 1
-        if self.dynamic_scale and out[OUT_OVERFLOW]:
-            st.overflow_steps += 1
-            self.overflows_in_row += 1
+        st.lr, st.loss_scale = _scalar(out[OUT_LR]), _scalar(out[OUT_SCALE])
+        read = read_and_reset(self.statistics)
+        for k, v in read["sums"].items():
+            st.sums[k] += v
+        st.steps += read["steps"]
+        st.overflow_steps += read["skipped"]
+        if not read["skipped"]:
+            return
+        last_step = (cb.cur_step_num - 1) % st.steps_per_epoch + 1
+        first_step = last_step - read["steps"] + read["first_skip"]
+        if self.dynamic_scale:
             log.warning(
-                "epoch %d step %d: gradient overflow, step skipped, loss scale -> %g",
+                "epoch %d steps %d-%d: %d overflowed steps skipped, loss scale now %g",
                 st.epoch,
-                step_in_epoch,
-                out[OUT_SCALE],
+                first_step,
+                last_step,
+                read["skipped"],
+                st.loss_scale,
             )
-            if self.overflows_in_row >= self.max_overflows:
+            if read["max_skip_run"] >= self.max_overflows:
                 self._fail(
                     run_context,
-                    f"{self.overflows_in_row} overflowed steps in a row "
-                    f"(epoch {st.epoch}, step {step_in_epoch}): training diverged",
+                    f"{read['max_skip_run']} overflowed steps in a row "
+                    f"(epoch {st.epoch}, up to step {last_step}): training diverged",
                 )
-            return
-        self.overflows_in_row = 0
-        losses = dict(zip(LOSS_NAMES, out[:5]))
-        if self.check_finite and not all(math.isfinite(v) for v in losses.values()):
-            bad = [k for k, v in losses.items() if not math.isfinite(v)]
-            param = first_nonfinite_parameter(self.network)
-            if param is None:
-                # Finite weights gave a non-finite loss: overflow in the forward pass.
-                name, value = largest_parameter(self.network)
-                param = (
-                    f"none (the forward pass produced it; largest |weight| {value:.3g} in {name})"
-                )
-            self._fail(
-                run_context,
-                (
-                    f"non-finite loss at epoch {st.epoch}, step {step_in_epoch}: "
-                    f"{', '.join(f'{k}={losses[k]}' for k in bad)}; first non-finite parameter: "
-                    f"{param}. The last good checkpoint is kept; lower the learning rate or "
-                    "check the data."
-                ),
-            )
-            return
-        for k, v in losses.items():
-            st.sums[k] += v
-        st.sums["num_fg"] += out[OUT_NUM_FG]
-        st.steps += 1
+        elif self.check_finite:
+            self._fail(run_context, self._nonfinite_message(first_step, read["first_skip_losses"]))
+
+    def _nonfinite_message(self, step: int, losses: dict[str, float]) -> str:
+        st = self.state
+        bad = [k for k, v in losses.items() if not math.isfinite(v)]
+        terms = ", ".join(f"{k}={losses[k]}" for k in bad)
+        if not bad:
+            terms = "gradient (every loss term finite on this rank: another rank's batch)"
+        param = first_nonfinite_parameter(self.network)
+        if param is None:
+            # Finite weights gave a non-finite loss: overflow in the forward pass.
+            name, value = largest_parameter(self.network)
+            param = f"none (the forward pass produced it; largest |weight| {value:.3g} in {name})"
+        return (
+            f"non-finite loss at epoch {st.epoch}, step {step}: {terms}; first non-finite "
+            f"parameter: {param}. The last good checkpoint is kept; lower the learning rate or "
+            "check the data."
+        )
 
     def _fail(self, run_context, message: str) -> None:
         self.state.failure = message
@@ -195,12 +206,13 @@ def first_nonfinite_parameter(network) -> str | None:
 
 
 class NoAugSwitch(EpochCallback):
-    """Turns the L1 loss on for the last ``no_aug_epochs`` (the data turns mosaic off)."""
+    """Turns the L1 loss on for the no-augmentation epochs (the data turns mosaic off),
+    from :func:`data.pipeline.first_no_aug_epoch` on, as YOLOX."""
 
     def __init__(self, state: TrainState, loss_cell, no_aug_epochs: int):
         super().__init__(state)
         self.loss_cell = loss_cell
-        self.first_no_aug = state.epochs - no_aug_epochs + 1
+        self.first_no_aug = first_no_aug_epoch(state.epochs, no_aug_epochs) + 1  # 1-based
 
     def begin_epoch(self, epoch, run_context):
         on = epoch >= self.first_no_aug
@@ -210,19 +222,27 @@ class NoAugSwitch(EpochCallback):
 
 
 class EvalCallback(EpochCallback):
-    """Evaluates (EMA weights when kept) every ``interval`` epochs and after the last one.
+    """Evaluates (EMA weights when kept) every ``interval`` epochs, every epoch of the
+    no-augmentation epochs (as YOLOX) and after the last one.
 
     ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``); this decides when
     and tracks the best mAP.
     """
 
-    def __init__(self, state: TrainState, evaluate, interval: int):
+    def __init__(self, state: TrainState, evaluate, interval: int, no_aug_epochs: int = 0):
         super().__init__(state)
         self.evaluate = evaluate
         self.interval = max(int(interval), 1)
+        self.first_no_aug = first_no_aug_epoch(state.epochs, no_aug_epochs) + 1  # 1-based
+
+    def due(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` (1-based) ends with an evaluation."""
+        return (
+            epoch % self.interval == 0 or epoch >= self.first_no_aug or epoch == self.state.epochs
+        )
 
     def end_epoch(self, epoch, run_context):
-        if self.state.failure or not (epoch % self.interval == 0 or epoch == self.state.epochs):
+        if self.state.failure or not self.due(epoch):
             return
         metrics = self.evaluate(epoch)
         st = self.state

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import mindspore as ms
 from mindspore import nn
 
+from engine.step_stats import NOT_SAVED
 from models.checkpoint import CheckpointError, check_compatible, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def save_atomic(cell: nn.Cell, path: str, meta: dict) -> None:
     MindSpore appends ``.ckpt`` to names without it, so the temporary file keeps it too.
     """
     tmp = path[: -len(".ckpt")] + ".partial.ckpt"
-    ms.save_checkpoint(cell, tmp, append_dict=meta)
+    ms.save_checkpoint(cell, tmp, append_dict=meta, choice_func=lambda name: name not in NOT_SAVED)
     os.replace(tmp, path)
 
 
@@ -112,6 +113,9 @@ def restore_training_state(train_cell: nn.Cell, path: str) -> ResumeState:
             f"{path} has no training state ({META_EPOCH}); to start from its weights use "
             "train.pretrained=PATH instead of train.resume"
         )
+    for param in train_cell.get_parameters():  # per-sink counters are not training state
+        if param.name in NOT_SAVED:
+            params.setdefault(param.name, param)
     check_compatible(train_cell, params, path)
     ms.load_param_into_net(train_cell, params, strict_load=True)
     return ResumeState(

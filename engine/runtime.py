@@ -27,6 +27,28 @@ ONEDNN_ISA_VALUE = "AVX2"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
+# Ascend operator precision. The Atlas training series defaults to force_fp16, which runs
+# every operator that has an fp16 kernel in fp16, fp32 graphs and AMP black-listed layers
+# included; must_keep_origin_dtype keeps each operator in the dtype the graph gives it, so
+# that AMP (runtime.amp) alone decides what runs in fp16.
+PRECISION_MODES = (
+    "must_keep_origin_dtype",
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_mix_precision",
+    "force_fp32",
+    "allow_fp32_to_bf16",
+    "allow_mix_precision_fp16",
+    "allow_mix_precision_bf16",
+)
+DEFAULT_PRECISION_MODE = "must_keep_origin_dtype"
+# MindSpore's names (mindspore/amp.py, nn/wrap/loss_scale.py) for the SoC features that
+# decide how overflow is detected: the Atlas training series ("classic") reports it only in
+# its float-status register; A2 does too in saturation mode (MS_ASCEND_CHECK_OVERFLOW_MODE).
+SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
+SOC_A2 = "train_hq_dtype_line"
+OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+
 # runtime.save_graphs=true: MindSpore's level 1 writes the IR after every compiler pass
 # (a tiny nano run: 625 files, 2.5 GB; filtered as below: 32 entries, 164 MB). Unless
 # MS_DEV_DUMP_IR_PASSES is already set, keep the stages worth reading: after type inference
@@ -54,6 +76,8 @@ class Runtime:
     device_id: int = 0
     run_dir: str = "."
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
+    float_status: bool = False  # overflow read from the device's float-status register
+    precision_mode: str | None = None  # Ascend operator precision mode set at start-up
 
     @property
     def is_main(self) -> bool:
@@ -191,6 +215,10 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     if cfg.distributed:
         rank, world = _init_distributed(ms, device)
     sync_bn = _resolve_sync_bn(bool(cfg.get("sync_bn", False)), device, world)
+    precision = None
+    if device == "Ascend":
+        precision = check_precision_mode(str(cfg.get("precision_mode", DEFAULT_PRECISION_MODE)))
+        ms.device_context.ascend.op_precision.precision_mode(precision)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
@@ -207,6 +235,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         device_id=device_id,
         run_dir=run_dir,
         sync_bn=sync_bn,
+        float_status=device == "Ascend" and _ascend_uses_float_status(),
+        precision_mode=precision,
     )
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
@@ -231,6 +261,39 @@ def cpu_threads(requested: Any) -> int | None:
         return max(1, min(int(requested), cores))
     local = ranks_on_this_host(1)  # the launcher's count; 1 outside a launcher
     return max(1, cores // local) if local > 1 else None
+
+
+def check_precision_mode(mode: str) -> str:
+    """``runtime.precision_mode`` checked against the modes CANN knows."""
+    if mode not in PRECISION_MODES:
+        raise ValueError(f"runtime.precision_mode must be one of {PRECISION_MODES}, got {mode!r}")
+    return mode
+
+
+def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:
+    """Whether overflow must be read from the float-status register (as MindSpore's own
+    loss-scale cell decides): always on the Atlas training series, on A2 only in
+    saturation mode; elsewhere inf/NaN reach the gradients and ``all_finite`` sees them."""
+    return classic_soc or (a2_soc and overflow_mode == "SATURATION_MODE")
+
+
+def _ascend_uses_float_status() -> bool:
+    from mindspore._c_expression import MSContext
+
+    ctx = MSContext.get_instance()
+    return float_status_register(
+        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
+        ctx.ascend_soc_supports_feature(SOC_A2),
+        os.environ.get(OVERFLOW_MODE_VAR),
+    )
+
+
+def float_status_ops() -> tuple:
+    """(clear, get) primitives of the Ascend float-status register, for
+    ``engine.train_step.TrainStep(float_status=...)``; only where ``Runtime.float_status``."""
+    from mindspore.ops.operations.math_ops import NPUClearFloatStatusV2, NPUGetFloatStatusV2
+
+    return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

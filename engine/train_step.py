@@ -4,6 +4,13 @@ One call: forward + loss, gradients (loss-scaled), gradient mean over ranks, opt
 clipping, the SGD update, then the EMA update. With dynamic loss scaling (Ascend/GPU)
 an overflowed step updates nothing and lowers the scale. Everything runs inside one
 graph: no host round-trip per step beyond the loss values returned for logging.
+
+Overflow handling follows MindSpore's own loss-scale cell (``mindspore/nn/wrap/loss_scale.py``):
+where the device reports overflow through its float-status register (the Atlas training
+series), the register is cleared before the backward pass and read after it; the overflow
+flag is then summed over the ranks, so every rank skips the same steps and the weights stay
+identical. A skipped step still advances the learning-rate schedule and the EMA, as every
+iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_stats``).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import math
 
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, nn, ops
+
+from engine.step_stats import StepStatistics
 
 EMA_PREFIX = "ema."
 EMA_RAMP = 2000.0  # YOLOX: decay * (1 - exp(-updates / 2000))
@@ -71,13 +80,18 @@ class ModelEMA(nn.Cell):
 
 
 class TrainStep(nn.Cell):
-    """forward/backward/update; returns (total, iou, obj, cls, l1, num_fg, lr, scale, overflow).
+    """forward/backward/update; returns (total, iou, obj, cls, l1, num_fg, lr, scale, skipped).
 
     ``loss_scale``: the (initial) scale; ``dynamic_scale`` enables overflow detection,
     skipping and scale adjustment (halve on overflow, double after ``scale_window`` good
     steps). ``clip_norm`` <= 0 disables gradient clipping. ``skip_nonfinite`` (without
-    dynamic scaling): a step whose loss is NaN/Inf updates nothing, so the weights stay
-    those that produced it and a stop on that loss can name the parameter at fault.
+    dynamic scaling): a step whose loss or (rank-reduced) gradient is NaN/Inf updates
+    nothing, so the weights stay those that produced it and a stop on that loss can name
+    the parameter at fault. ``float_status``: the (clear, get) float-status primitives of
+    ``engine.runtime.float_status_ops`` where the device detects overflow through its
+    status register, else None (``ms.amp.all_finite`` on the gradients). With a
+    ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
+    when this step updated no weight; :attr:`stats` sums every step for the callbacks.
     """
 
     def __init__(
@@ -91,6 +105,7 @@ class TrainStep(nn.Cell):
         grad_reducer: nn.Cell | None = None,
         scale_window: int = 2000,
         skip_nonfinite: bool = False,
+        float_status: tuple | None = None,
     ):
         super().__init__(auto_prefix=False)
         self.net_with_loss = net_with_loss
@@ -102,6 +117,14 @@ class TrainStep(nn.Cell):
         self.skip_nonfinite = skip_nonfinite
         self.clip_norm = float(clip_norm or 0.0)
         self.grad_reducer = grad_reducer if grad_reducer is not None else ops.identity
+        self.reduce_flag = grad_reducer is not None
+        if self.reduce_flag:
+            self.allreduce = ops.AllReduce()
+        self.check_overflow = dynamic_scale or skip_nonfinite
+        self.use_status = float_status is not None
+        if self.use_status:
+            self.clear_status, self.get_status = float_status
+        self.stats = StepStatistics()
         self.scale = Parameter(
             ms.Tensor(loss_scale, ms.float32), name="loss_scale", requires_grad=False
         )
@@ -119,35 +142,55 @@ class TrainStep(nn.Cell):
         return out[0] * self.scale, out
 
     def construct(self, images, targets, mask):
+        status = ops.zeros((8,), ms.int32)
+        if self.use_status:
+            # The register holds whatever overflowed before: clear it before this forward pass.
+            status = ops.depend(status, images)
+            images = ops.depend(images, self.clear_status(status))
         (_, losses), grads = self.grad_fn(images, targets, mask)
         grads = self.grad_reducer(grads)
         scale = self.scale * 1.0  # the value used for this step, before any adjustment
+        lr = self.optimizer.get_lr()
         if self.unscale:
             grads = self.hyper_map(ops.partial(_unscale, scale), grads)
         if self.clip_norm > 0:
             grads = ops.clip_by_global_norm(grads, self.clip_norm)
-        lr = self.optimizer.get_lr()
-        if self.dynamic_scale:
-            finite = ms.amp.all_finite(grads)
-            overflow = ops.logical_not(finite)
+        if self.check_overflow:
+            finite = self._all_ranks_finite(grads, losses[0], status)
             if finite:
-                self._apply(grads)
-            self._adjust_scale(finite)
-        elif self.skip_nonfinite:
-            finite = ops.isfinite(losses[0])
-            overflow = ops.logical_not(finite)
-            if finite:
-                self._apply(grads)
+                self.optimizer(grads)
+            else:
+                # YOLOX's scheduler and EMA count every iteration, skipped or not.
+                step = self.optimizer.global_step
+                ops.assign_add(step, ops.ones_like(step))
         else:
-            overflow = ms.Tensor(False)
-            self._apply(grads)
-        return losses + (lr, scale, overflow)
-
-    def _apply(self, grads):
-        self.optimizer(grads)
+            finite = ms.Tensor(True)
+            self.optimizer(grads)
         if self.use_ema:
             self.ema()
-        return True
+        if self.dynamic_scale:
+            self._adjust_scale(finite)
+        skipped = ops.logical_not(finite)
+        skipped = ops.depend(skipped, self.stats(losses, skipped))
+        return losses + (lr, scale, skipped)
+
+    def _all_ranks_finite(self, grads, loss, status):
+        """True when no rank saw an overflow: the local flag, summed over the ranks."""
+        if self.use_status:
+            status = ops.depend(status, grads)
+            flags = self.get_status(status)
+            # Clear again, so that this step's overflow (or the all-reduce's) is not
+            # seen by the next step's check.
+            flags = ops.depend(flags, self.clear_status(ops.depend(status, flags)))
+            local_bad = (flags != 0).any()
+        else:
+            local_bad = ops.logical_not(ms.amp.all_finite(grads))
+        if not self.dynamic_scale:
+            local_bad = ops.logical_or(local_bad, ops.logical_not(ops.isfinite(loss)))
+        bad = local_bad.astype(ms.float32)
+        if self.reduce_flag:
+            bad = self.allreduce(bad)
+        return bad < 0.5
 
     def _adjust_scale(self, finite):
         # Halve on overflow; double after `scale_window` good steps in a row.

@@ -48,7 +48,12 @@ from engine.checkpoint import (
 )
 from engine.evaluator import evaluate_on_dataset
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
-from engine.runtime import Runtime, collect_compile_failure, convert_sync_batchnorm
+from engine.runtime import (
+    Runtime,
+    collect_compile_failure,
+    convert_sync_batchnorm,
+    float_status_ops,
+)
 from engine.train_step import ModelEMA, TrainStep
 from models.checkpoint import load_weights, network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
@@ -146,7 +151,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     )
     if tcfg.max_steps_per_epoch:
         dataset = dataset.take(steps_per_epoch)
-    steps_per_sink, sinks_per_epoch = _sink_plan(rt, steps_per_epoch)
+    steps_per_sink, sinks_per_epoch = _sink_plan(
+        rt, steps_per_epoch, profiling=int(cfg.runtime.profile_steps) > 0
+    )
 
     state = TrainState(
         epochs=epochs,
@@ -213,9 +220,24 @@ def apply_amp(net: nn.Cell, rt: Runtime) -> None:
     previous = os.getcwd()
     os.chdir(rt.run_dir)
     try:
-        ms.amp.auto_mixed_precision(net, rt.amp_level)
+        mixed_precision(net, rt.amp_level)
     finally:
         os.chdir(previous)
+
+
+def mixed_precision(net: nn.Cell, level: str) -> None:
+    """MindSpore's AMP at ``level``; at O2 SyncBatchNorm stays in float32 like BatchNorm.
+
+    MindSpore's O2 black list (``ms.amp.get_black_list()``) names BatchNorm1d/2d/3d and
+    LayerNorm only, so the SyncBatchNorm layers of ``runtime.sync_bn`` would compute their
+    statistics in float16. O2 is a black-list conversion; this is the same one with
+    SyncBatchNorm added.
+    """
+    if level == "O2":
+        black_list = ms.amp.get_black_list() + [nn.SyncBatchNorm]
+        ms.amp.custom_mixed_precision(net, black_list=black_list)
+    else:
+        ms.amp.auto_mixed_precision(net, level)
 
 
 def build_train_step(
@@ -245,14 +267,22 @@ def build_train_step(
         clip_norm=tcfg.clip_grad_norm or 0.0,
         grad_reducer=reducer,
         skip_nonfinite=skip_nonfinite,
+        float_status=float_status_ops() if rt.float_status else None,
     )
     step.set_train(True)
     return step
 
 
-def _sink_plan(rt: Runtime, steps_per_epoch: int) -> tuple[int, int]:
-    """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch."""
+def _sink_plan(rt: Runtime, steps_per_epoch: int, profiling: bool = False) -> tuple[int, int]:
+    """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch.
+
+    ``profiling``: one step per sink, so that the profiler's step boundaries are steps,
+    not whole sinks (a profiling run is a diagnostic run; its speed is not the point).
+    """
     size = int(rt.sink_size)
+    if rt.sink_effective and profiling:
+        log.info("runtime.profile_steps: one step per sink while profiling")
+        return 1, steps_per_epoch
     if not rt.sink_effective or size in (-1, 0, steps_per_epoch):
         return steps_per_epoch, 1
     if size < 0 or steps_per_epoch % size:
@@ -268,13 +298,21 @@ def _build_callbacks(
     tcfg = cfg.train
     cbs = [
         NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
-        StepStats(state, net, bool(cfg.runtime.check_finite), rt.uses_dynamic_loss_scale),
+        StepStats(
+            state,
+            train_step.stats,
+            net,
+            bool(cfg.runtime.check_finite),
+            rt.uses_dynamic_loss_scale,
+        ),
         UnreadableImagesReport(state, train_src.unreadable),
     ]
     if rt.is_main:
         meta = {META_MODEL: str(cfg.model.name), META_CLASSES: int(num_classes)}
         cbs += [
-            EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval)),
+            EvalCallback(
+                state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs)
+            ),
             EpochSummary(state),
             CheckpointCallback(
                 state,

@@ -52,7 +52,7 @@ class YOLOXLoss(nn.Cell):
     def construct(self, raw, grids, strides, targets, mask):
         raw = raw.astype(ms.float32)
         reg, obj, cls = raw[..., :4], raw[..., 4], raw[..., 5:]
-        boxes = decode_boxes(reg, grids, strides)
+        boxes = ops.stop_gradient(decode_boxes(reg, grids, strides))  # the assigner's view
         gt_boxes = targets[..., 1:5]
         gt_classes = targets[..., 0].astype(ms.int32)
         fg, matched_gt, matched_iou, num_fg = self.assigner(
@@ -63,9 +63,15 @@ class YOLOXLoss(nn.Cell):
         denom = ops.maximum(ops.stop_gradient(num_fg), 1.0)
 
         box_target = gather_gt(gt_boxes, matched_gt)  # [B, A, 4]
-        iou = aligned_iou_cxcywh(boxes, box_target)
-        # select, not multiply: background anchors may hold inf boxes (exp overflow).
-        loss_iou = ops.select(fg > 0.5, 1.0 - iou * iou, ops.zeros_like(iou)).sum() / denom
+        # Double where: a background anchor's w/h logit may overflow exp (inf box), and a
+        # select after the IoU would still back-propagate 0 x inf = NaN through exp. Only
+        # foreground anchors reach the IoU loss, so the others decode a zero regression.
+        is_fg = fg > 0.5
+        fg_reg = ops.select(
+            ops.broadcast_to(is_fg.expand_dims(-1), reg.shape), reg, ops.zeros_like(reg)
+        )
+        iou = aligned_iou_cxcywh(decode_boxes(fg_reg, grids, strides), box_target)
+        loss_iou = ops.select(is_fg, 1.0 - iou * iou, ops.zeros_like(iou)).sum() / denom
 
         loss_obj = bce_with_logits(obj, fg).sum() / denom
 
@@ -78,7 +84,7 @@ class YOLOXLoss(nn.Cell):
             (box_target[..., :2] / s - grids, ops.log(box_target[..., 2:4] / s + 1e-8)), -1
         )
         l1 = ops.abs(reg - l1_target).sum(-1)
-        loss_l1 = ops.select(fg > 0.5, l1, ops.zeros_like(l1)).sum() / denom * self.use_l1
+        loss_l1 = ops.select(is_fg, l1, ops.zeros_like(l1)).sum() / denom * self.use_l1
 
         loss_iou = loss_iou * self.iou_weight
         total = loss_iou + loss_obj + loss_cls + loss_l1

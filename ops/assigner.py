@@ -73,9 +73,14 @@ class SimOTAAssigner(nn.Cell):
         # reduce kernels are ~8x slower than its matmul here), and broadcasting max/min
         # is avoided (its CPU kernel is ~20x slower than the non-broadcasting one).
         # At B=8, M=120, A=2100 this runs in ~70 ms on 2 cores (first version: ~290 ms).
-        pred_boxes = ops.stop_gradient(pred_boxes)
-        obj_logits = ops.stop_gradient(obj_logits)
-        cls_logits = ops.stop_gradient(cls_logits)
+        # float32 throughout, whatever the caller's dtype: the costs reach EXCLUDED_COST
+        # (1e9) and the geometry penalty (1e5), both beyond float16's 65504.
+        f32 = ms.float32
+        pred_boxes = ops.stop_gradient(pred_boxes).astype(f32)
+        obj_logits = ops.stop_gradient(obj_logits).astype(f32)
+        cls_logits = ops.stop_gradient(cls_logits).astype(f32)
+        grids, strides = grids.astype(f32), strides.astype(f32)
+        gt_boxes, gt_mask = gt_boxes.astype(f32), gt_mask.astype(f32)
         b, m = gt_mask.shape
         a = pred_boxes.shape[1]
         valid = gt_mask.expand_dims(-1)  # [B, M, 1] float

@@ -23,13 +23,14 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.e2e import dp_tiny
+from tests.e2e import dp_overflow, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
 from tests.e2e.tiny_run import ROOT
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
 TINY_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_tiny.py")
+OVERFLOW_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_overflow.py")
 
 # The smallest YOLOX run that still trains: 64 px, no augmentation, 2 ranks x batch 2,
 # 4 steps per epoch. Without depthwise blocks the graph compiles ~25% faster.
@@ -195,7 +196,7 @@ def one_process_reference(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray
     """dp_tiny's MLP trained by one process on all samples (in a fresh process: running
     kernels here would pin this process's MindSpore device before tests that set it)."""
     code = (
-        "import sys, numpy as np; from tests.e2e import dp_tiny;"
+        "import sys, numpy as np; from tests.e2e import dp_overflow, dp_tiny;"
         "x, y, w = dp_tiny.tiny_problem(); final, losses = dp_tiny.train_tiny(x, y, w);"
         "np.savez(sys.argv[1], losses=np.asarray(losses), **final)"
     )
@@ -225,6 +226,30 @@ def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
     # Each rank's loss is its own shard's: they differ, and every one went down.
     assert len({float(r["losses"][0]) for r in ranks}) > 1
     assert all(r["losses"][-1] < r["losses"][0] for r in ranks)
+
+
+@pytest.mark.slow
+def test_a_step_that_goes_wrong_on_one_rank_is_skipped_on_every_rank(tmp_path):
+    """Rank 1 alone gets a non-finite gradient (step 2) and a non-finite loss with a finite
+    gradient (step 4): the skip decision is all-reduced, so both ranks skip the same steps
+    and end with identical, finite weights."""
+    out, seconds = launch(2, tmp_path, "runtime=cpu", env=launcher_env(TRAIN_ENTRY=OVERFLOW_ENTRY))
+    print(f"2-rank overflow run: {seconds:.0f} s")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ranks = [np.load(tmp_path / dp_overflow.RESULT_FILE.format(rank=r)) for r in range(2)]
+    expected = {
+        # fp32: a non-finite loss or gradient on any rank skips the step everywhere.
+        "skip_nonfinite": [False, True, False, True, False],
+        # Dynamic loss scaling decides on gradients only (as MindSpore's loss-scale cell).
+        "dynamic_scale": [False, True, False, False, False],
+    }
+    for mode, skipped in expected.items():
+        for rank in ranks:
+            assert rank[f"{mode}_skipped"].tolist() == skipped, mode
+        w0, w1 = (r[f"{mode}_weights"] for r in ranks)
+        assert np.isfinite(w0).all(), mode
+        np.testing.assert_array_equal(w0, w1, err_msg=mode)
+        assert not np.allclose(w0, [1.0, -2.0]), mode  # the good steps did train
 
 
 @pytest.mark.slow

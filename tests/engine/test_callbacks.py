@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from mindspore import Tensor, nn
+from mindspore import Tensor, mutable, nn
 
 from engine import callbacks as cbs
 from engine.callbacks import (
@@ -21,6 +21,7 @@ from engine.callbacks import (
     TimeLimit,
     TrainState,
 )
+from engine.step_stats import StepStatistics
 
 
 class RunContext:
@@ -37,9 +38,16 @@ class RunContext:
         self.stopped = True
 
 
-def outputs(total, iou=1.0, obj=1.0, cls=1.0, l1=0.0, fg=10.0, lr=0.01, scale=1.0, overflow=0):
-    """The training step's outputs, in engine.train_step.TrainStep's order."""
-    return [Tensor(np.float32(v)) for v in (total, iou, obj, cls, l1, fg, lr, scale, overflow)]
+def outputs(lr=0.01, scale=1.0):
+    """The training step's outputs, in engine.train_step.TrainStep's order (the callbacks
+    read only the last step's lr and loss scale from them)."""
+    return [Tensor(np.float32(v)) for v in (0, 0, 0, 0, 0, 0, lr, scale, 0)]
+
+
+def record(stats: StepStatistics, total, iou=1.0, obj=1.0, cls=1.0, l1=0.0, fg=10.0, skip=0):
+    """One training step as the training graph records it."""
+    losses = tuple(Tensor(np.float32(v)) for v in (total, iou, obj, cls, l1, fg))
+    stats(mutable(losses), mutable(Tensor(bool(skip))))  # variables: no recompile per call
 
 
 def state(epochs=5, steps=4, **kw) -> TrainState:
@@ -68,13 +76,13 @@ def test_sinks_become_epochs():
 
 def test_step_stats_averages_and_skips_overflowed_steps():
     st = state()
-    stats = StepStats(st, nn.Dense(2, 2), check_finite=True, dynamic_scale=True)
+    recorded = StepStatistics()
+    stats = StepStats(st, recorded, nn.Dense(2, 2), check_finite=True, dynamic_scale=True)
     stats.begin_epoch(1, RunContext())
     for step, (total, overflow) in enumerate([(4.0, 0), (1e9, 1), (2.0, 0)], start=1):
-        stats.on_train_step_end(
-            RunContext(cur_step_num=step, net_outputs=outputs(total, overflow=overflow))
-        )
-    assert st.steps == 2 and st.overflow_steps == 1
+        record(recorded, total, skip=overflow)
+        stats.on_train_step_end(RunContext(cur_step_num=step, net_outputs=outputs()))
+    assert st.steps == 3 and st.overflow_steps == 1
     assert st.means()["total"] == pytest.approx(3.0)
     assert st.means()["num_fg"] == pytest.approx(10.0)
 
@@ -83,26 +91,48 @@ def test_step_stats_stops_on_a_non_finite_loss_naming_term_and_parameter():
     st = state()
     net = nn.Dense(2, 2)
     net.bias.set_data(Tensor(np.array([0.0, np.nan], np.float32)))
-    stats = StepStats(st, net, check_finite=True, dynamic_scale=False)
+    recorded = StepStatistics()
+    stats = StepStats(st, recorded, net, check_finite=True, dynamic_scale=False)
     stats.begin_epoch(2, RunContext())
-    ctx = RunContext(cur_step_num=7, net_outputs=outputs(float("nan"), obj=float("inf")))
+    record(recorded, float("nan"), obj=float("inf"), skip=1)
+    ctx = RunContext(cur_step_num=7, net_outputs=outputs())
     stats.on_train_step_end(ctx)
     assert ctx.stopped
     assert "epoch 2, step 3" in st.failure  # step 7 of 4-step epochs
     assert "total=nan" in st.failure and "obj=inf" in st.failure
     assert net.bias.name in st.failure
-    assert st.steps == 0  # the bad step is not averaged in
+    assert st.means()["total"] == 0.0  # the bad step is not averaged in
 
 
-def test_step_stats_stops_after_too_many_overflows_in_a_row():
-    st = state(steps=100)
-    stats = StepStats(st, nn.Dense(2, 2), check_finite=True, dynamic_scale=True, max_overflows=3)
+def test_step_stats_names_the_first_skipped_step_of_a_sink():
+    st = state(steps=8)
+    recorded = StepStatistics()
+    stats = StepStats(st, recorded, nn.Dense(2, 2), check_finite=True, dynamic_scale=False)
     stats.begin_epoch(1, RunContext())
-    ctxs = [RunContext(cur_step_num=s, net_outputs=outputs(1.0, overflow=1)) for s in (1, 2, 3)]
-    for ctx in ctxs:
+    for total, skip in [(1.0, 0), (float("inf"), 1), (float("nan"), 1), (1.0, 0)]:
+        record(recorded, total, skip=skip)
+    stats.on_train_step_end(RunContext(cur_step_num=4, net_outputs=outputs()))  # one sink
+    assert "non-finite loss at epoch 1, step 2: total=inf;" in st.failure
+
+
+def test_step_stats_stops_after_too_many_overflows_in_a_row_across_sinks():
+    st = state(steps=100)
+    recorded = StepStatistics()
+    stats = StepStats(
+        st, recorded, nn.Dense(2, 2), check_finite=True, dynamic_scale=True, max_overflows=4
+    )
+    stats.begin_epoch(1, RunContext())
+    stopped = []
+    # Sinks of 3 steps: skips 2-3, then 4-5 in the next sink (a run of 4 over two sinks).
+    for sink, skips in enumerate([(0, 1, 1), (1, 1, 0), (1, 1, 1)], start=1):
+        for skip in skips:
+            record(recorded, 1.0, skip=skip)
+        ctx = RunContext(cur_step_num=3 * sink, net_outputs=outputs())
         stats.on_train_step_end(ctx)
-    assert [c.stopped for c in ctxs] == [False, False, True]
-    assert "3 overflowed steps in a row" in st.failure
+        stopped.append(ctx.stopped)
+    assert stopped == [False, True, False]  # a good step ends a run
+    assert st.failure.startswith("4 overflowed steps in a row")
+    assert st.overflow_steps == 7 and st.steps == 9
 
 
 def test_eval_runs_every_interval_and_after_the_last_epoch_and_tracks_the_best():

@@ -20,6 +20,7 @@ from mindspore import nn, ops
 
 from engine.callbacks import StepStats, TrainState
 from engine.runtime import collect_compile_failure
+from engine.step_stats import StepStatistics
 from tests.e2e.tiny_run import run_entry
 
 POISONED = "head.obj_preds.0.bias"
@@ -131,9 +132,12 @@ def test_nonfinite_loss_with_finite_weights_points_at_the_forward_pass():
     net = nn.Dense(2, 2)
     net.weight.set_data(ms.Tensor(np.full((2, 2), 3e30, np.float32)))
     state = TrainState(epochs=1, steps_per_epoch=4, total_batch=2)
-    stats = StepStats(state, net, check_finite=True, dynamic_scale=False)
+    recorded = StepStatistics()
+    stats = StepStats(state, recorded, net, check_finite=True, dynamic_scale=False)
     stats.begin_epoch(1, None)
     inf = float("inf")
+    losses = tuple(ms.Tensor(np.float32(v)) for v in (inf, 1.0, 1.0, inf, 0.0, 3.0))
+    recorded(losses, ms.Tensor(True))  # the training step recorded a skipped step
     ctx = _FakeRunContext([inf, 1.0, 1.0, inf, 0.0, 3.0, 0.01, 1.0, True])
     stats.on_train_step_end(ctx)
     assert ctx.stopped

@@ -122,3 +122,20 @@ def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
     assert cpu_threads(None) == 1
     monkeypatch.setenv(LOCAL_RANKS_VAR, "1")
     assert cpu_threads(None) is None
+
+
+def test_float_status_register_where_mindspore_reads_it():
+    # As mindspore/amp.py and nn/wrap/loss_scale.py decide: the Atlas training series
+    # always, A2 only in saturation mode, nowhere else.
+    assert runtime.float_status_register(True, False, None) is True
+    assert runtime.float_status_register(False, True, "SATURATION_MODE") is True
+    assert runtime.float_status_register(False, True, "INFNAN_MODE") is False
+    assert runtime.float_status_register(False, True, None) is False
+    assert runtime.float_status_register(False, False, "SATURATION_MODE") is False
+
+
+def test_precision_mode_default_keeps_fp32_and_bad_values_are_named():
+    assert runtime.DEFAULT_PRECISION_MODE == "must_keep_origin_dtype"
+    assert runtime.check_precision_mode("force_fp16") == "force_fp16"
+    with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
+        runtime.check_precision_mode("fp16_please")

@@ -80,3 +80,70 @@ def test_gradient_clipping_bounds_the_update():
     call(step, [100.0, 100.0])  # raw gradient norm ~280
     # First SGD step with nesterov momentum: delta = lr * (1 + momentum) * g.
     assert np.linalg.norm(net.w.asnumpy() - before) == pytest.approx(0.1 * 1.9 * 0.5, rel=1e-4)
+
+
+class Terms(nn.Cell):
+    """A loss whose terms differ from step to step: total = sum((w - x)^2), the others
+    fixed multiples of it, num_fg = sum(x)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(ms.Tensor(np.array([1.0, -2.0], np.float32)), name="w")
+
+    def construct(self, x, targets, mask):
+        total = ((self.w - x) ** 2).sum()
+        return total, total * 0.5, total * 0.25, total * 0.125, total * 0.0625, x.sum()
+
+
+def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
+    """The sink code path: the device runs several steps, then MindSpore calls the step-end
+    callbacks once with the last step's outputs. The epoch figures must still be the
+    means over every step, and images/s must count every step."""
+    from engine import callbacks as cbs
+    from engine.callbacks import EpochSummary, StepStats, TrainState
+    from tests.engine.test_callbacks import RunContext
+
+    net = Terms()
+    step = TrainStep(
+        net, build_optimizer(net, 0.01, SGD_CFG), loss_scale=2.0**10, dynamic_scale=True
+    )
+    inputs = [[0.0, 0.0], [1.0, 3.0], [np.inf, 0.0], [2.0, -1.0], [0.5, 0.5]]  # 3rd: overflow
+    now = [100.0]
+    monkeypatch.setattr(cbs.time, "time", lambda: now[0])
+    st = TrainState(epochs=1, steps_per_epoch=len(inputs), total_batch=16)
+    stats = StepStats(st, step.stats, net, check_finite=True, dynamic_scale=True)
+    summary = EpochSummary(st)
+    stats.begin_epoch(1, RunContext())
+    rows = [[float(v.asnumpy()) for v in call(step, x)] for x in inputs]
+    now[0] += 2.0  # the sink took 2 s
+    stats.on_train_step_end(RunContext(cur_step_num=len(inputs), net_outputs=call_outputs(rows)))
+    summary.end_epoch(1, RunContext())
+
+    good = [r for r in rows if not r[8]]
+    assert [r[8] for r in rows] == [0, 0, 1, 0, 0]
+    epoch = st.history[-1]
+    for i, name in enumerate(("total", "iou", "obj", "cls", "l1")):
+        assert epoch[f"loss_{name}"] == pytest.approx(np.mean([r[i] for r in good]), rel=1e-6)
+    assert epoch["num_fg"] == pytest.approx(np.mean([r[5] for r in good]))
+    assert st.steps == 5 and st.overflow_steps == 1
+    assert epoch["images_per_s"] == pytest.approx(5 * 16 / 2.0)
+    assert not step.stats.stats.asnumpy().any()  # read and reset
+
+
+def call_outputs(rows):
+    return [ms.Tensor(np.float32(v)) for v in rows[-1]]
+
+
+def test_a_skipped_step_still_advances_the_lr_schedule_and_the_ema():
+    """YOLOX updates the learning rate and the EMA on every iteration, also when the
+    scaler skips the optimizer step: the schedule must not shift by the skipped steps."""
+    net = Quadratic()
+    lrs = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    ema = ModelEMA(net, decay=0.9998)
+    step = TrainStep(
+        net, build_optimizer(net, lrs, SGD_CFG), ema, loss_scale=4.0, dynamic_scale=True
+    )
+    seen = [float(call(step, x)[6].asnumpy()) for x in ([0, 0], [np.inf, 0], [0, 0], [0, 0])]
+    np.testing.assert_allclose(seen, lrs)  # lr of step i is lrs[i], skipped step included
+    assert float(ema.updates.asnumpy()) == 4.0
+    assert int(step.optimizer.global_step.asnumpy()[0]) == 4

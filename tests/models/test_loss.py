@@ -102,3 +102,46 @@ def test_loss_matches_yolox_0_3_0(case, use_l1):
     assert ours["num_fg"] == ref["num_fg"] > 0
     for k in COMPONENTS:
         assert ours[k] == pytest.approx(ref[k], rel=1e-4, abs=1e-6), k
+
+
+def far_from_every_box(grids, strides, targets, mask, radius=2.5):
+    """[B, A] True for anchors that are no SimOTA candidate of any ground truth."""
+    centers = (grids + 0.5) * strides[:, None]
+    far = np.ones((len(targets), len(grids)), bool)
+    for b in range(len(targets)):
+        for _, cx, cy, w, h in targets[b][mask[b] > 0]:
+            # The box and the centre region both lie inside the larger of the two extents.
+            extent = np.maximum(np.array([[w / 2, h / 2]]), radius * strides[:, None])
+            near = np.abs(centers - [cx, cy]) < extent
+            far[b] &= ~near.all(1)
+    return far
+
+
+def test_overflowing_box_logits_at_background_anchors_keep_loss_and_gradients_finite():
+    """exp(100) overflows float32: such a background box must neither change the loss nor
+    turn the gradient into NaN (0 x inf behind a select)."""
+    import mindspore as ms
+
+    rng = np.random.default_rng(5)
+    grids, strides = anchor_grid(IMG)
+    raw = random_raw_outputs(rng, 2, len(strides), C)
+    targets, mask = random_targets(rng, [3, 2], IMG, C, M)
+    far = far_from_every_box(grids, strides, targets, mask)
+    assert far.sum() > 50
+    huge = raw.copy()
+    huge[far, 2:4] = 100.0
+    loss = YOLOXLoss(C)
+    loss.use_l1.set_data(ms.Tensor(1.0, ms.float32))
+    consts = [ms.Tensor(a) for a in (grids, strides, targets, mask)]
+
+    def total(r):
+        return loss(r, *consts)[0]
+
+    grad_fn = ms.value_and_grad(total)
+    base, base_grad = grad_fn(ms.Tensor(raw))
+    value, grad = grad_fn(ms.Tensor(huge))
+    assert float(value.asnumpy()) == pytest.approx(float(base.asnumpy()), rel=1e-6)
+    assert np.isfinite(grad.asnumpy()).all()
+    # Only the objectness/class terms reach a background anchor: its box gradient is 0.
+    np.testing.assert_array_equal(grad.asnumpy()[far][:, :4], 0.0)
+    np.testing.assert_allclose(grad.asnumpy(), base_grad.asnumpy(), rtol=1e-5, atol=1e-7)
