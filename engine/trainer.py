@@ -51,9 +51,11 @@ from engine.evaluator import evaluate_on_dataset
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.runtime import Runtime, collect_compile_failure, convert_sync_batchnorm
 from engine.train_step import ModelEMA, TrainStep
-from models.checkpoint import load_weights, network_weights, read_checkpoint
+from engine.transfer import META_FREEZE, freeze, freeze_level_code, resolve_freeze
+from models.checkpoint import network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
 from models.loss import DetectorWithLoss, YOLOXLoss
+from models.pretrained import load_pretrained
 from models.yolox import build_model
 
 log = logging.getLogger("train")
@@ -87,8 +89,12 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
     if tcfg.pretrained:
-        used_ema = load_weights(net, str(tcfg.pretrained))
-        log.info("initial weights from %s%s", tcfg.pretrained, " (EMA)" if used_ema else "")
+        strict = bool(tcfg.get("pretrained_strict", True))
+        log.info("%s", load_pretrained(net, str(tcfg.pretrained), strict).table())
+    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
+    freeze_level = resolve_freeze(tcfg.get("freeze", "none"), resume_path)
+    if freeze_level != "none":
+        log.info("%s", freeze(net, freeze_level).summary())
     apply_amp(net, rt)
     loss = YOLOXLoss(
         num_classes,
@@ -122,9 +128,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
 
     start_epoch, best_map = 0, -1.0
     if tcfg.resume:
-        resume = restore_training_state(
-            train_step, find_resume_checkpoint(str(tcfg.resume), rt.run_dir)
-        )
+        resume = restore_training_state(train_step, resume_path)
         start_epoch, best_map = resume.epoch, resume.best_map
         log.info(
             "resumed from %s after epoch %d (best mAP %.4f)", resume.path, start_epoch, best_map
@@ -162,7 +166,17 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema) if rt.is_main else None
     )
     callbacks = _build_callbacks(
-        cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+        cfg,
+        rt,
+        state,
+        train_step,
+        loss,
+        net,
+        train_src,
+        evaluator,
+        steps_per_sink,
+        num_classes,
+        freeze_level,
     )
     log.info(
         "training %s: %d epochs x %d steps, batch %d x %d ranks, lr %.4g, amp %s, %s mode%s",
@@ -259,7 +273,17 @@ def _sink_plan(rt: Runtime, steps_per_epoch: int) -> tuple[int, int]:
 
 
 def _build_callbacks(
-    cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+    cfg,
+    rt,
+    state,
+    train_step,
+    loss,
+    net,
+    train_src,
+    evaluator,
+    steps_per_sink,
+    num_classes,
+    freeze_level="none",
 ) -> list:
     tcfg = cfg.train
     cbs = [
@@ -268,7 +292,11 @@ def _build_callbacks(
         UnreadableImagesReport(state, train_src.unreadable),
     ]
     if rt.is_main:
-        meta = {META_MODEL: str(cfg.model.name), META_CLASSES: int(num_classes)}
+        meta = {
+            META_MODEL: str(cfg.model.name),
+            META_CLASSES: int(num_classes),
+            META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
+        }
         cbs += [
             EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval)),
             EpochSummary(state),
