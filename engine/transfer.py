@@ -102,8 +102,9 @@ def resolve_freeze(configured: str, resume_path: str | None) -> str:
     level = check_freeze(configured)
     if not resume_path:
         return level
-    stored = ms.load_checkpoint(resume_path, choice_func=lambda name: name == META_FREEZE)
-    if META_FREEZE not in stored:
+    try:
+        stored = ms.load_checkpoint(resume_path, choice_func=lambda name: name == META_FREEZE)
+    except ValueError:  # MindSpore refuses an empty selection: no freeze stored
         return level
     kept = freeze_level_from_code(int(stored[META_FREEZE].asnumpy()))
     if kept != level:
