@@ -95,6 +95,10 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     freeze_level = resolve_freeze(tcfg.get("freeze", "none"), resume_path)
     if freeze_level != "none":
         log.info("%s", freeze(net, freeze_level).summary())
+        if not tcfg.pretrained and not resume_path:
+            log.warning(
+                "train.freeze=%s without train.pretrained freezes random weights", freeze_level
+            )
     apply_amp(net, rt)
     loss = YOLOXLoss(
         num_classes,

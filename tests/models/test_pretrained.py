@@ -59,6 +59,19 @@ def test_other_class_count_loads_all_but_class_head_which_stays_fresh(coco80):
     assert f"loaded           {len(report.loaded)}" in table
 
 
+def test_ema_of_the_new_run_starts_from_the_loaded_weights(coco80):
+    from engine.train_step import ModelEMA
+
+    path, _, ema = coco80
+    net = build_model(NANO, 3)
+    load_pretrained(net, str(path))
+    averages = {p.name[len("ema.") :]: p.asnumpy() for p in ModelEMA(net).averages}
+    assert averages["head.stems.0.conv.weight"].tobytes() == (
+        ema["head.stems.0.conv.weight"].tobytes()
+    )
+    assert all(averages[k].tobytes() == v.tobytes() for k, v in _values(net).items())
+
+
 def test_same_class_count_loads_everything(coco80):
     path, _, ema = coco80
     net = build_model(NANO, 80)
