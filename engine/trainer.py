@@ -51,11 +51,10 @@ from engine.evaluator import evaluate_on_dataset
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.runtime import Runtime, collect_compile_failure, convert_sync_batchnorm
 from engine.train_step import ModelEMA, TrainStep
-from engine.transfer import META_FREEZE, freeze, freeze_level_code, resolve_freeze
+from engine.transfer import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from models.checkpoint import network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
 from models.loss import DetectorWithLoss, YOLOXLoss
-from models.pretrained import load_pretrained
 from models.yolox import build_model
 
 log = logging.getLogger("train")
@@ -88,17 +87,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if rt.sync_bn:
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
-    if tcfg.pretrained:
-        strict = bool(tcfg.get("pretrained_strict", True))
-        log.info("%s", load_pretrained(net, str(tcfg.pretrained), strict).table())
     resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
-    freeze_level = resolve_freeze(tcfg.get("freeze", "none"), resume_path)
-    if freeze_level != "none":
-        log.info("%s", freeze(net, freeze_level).summary())
-        if not tcfg.pretrained and not resume_path:
-            log.warning(
-                "train.freeze=%s without train.pretrained freezes random weights", freeze_level
-            )
+    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
     apply_amp(net, rt)
     loss = YOLOXLoss(
         num_classes,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import mindspore as ms
 from mindspore import nn
 
+from models.pretrained import load_pretrained
+
 log = logging.getLogger(__name__)
 
 META_FREEZE = "msdet_freeze"
@@ -118,3 +120,20 @@ def resolve_freeze(configured: str, resume_path: str | None) -> str:
             resume_path,
         )
     return kept
+
+
+def prepare_fine_tuning(net: nn.Cell, tcfg, resume_path: str | None = None) -> str:
+    """``train.pretrained`` and ``train.freeze`` applied to a freshly built network.
+
+    Call before building the optimizer and EMA (the EMA starts from the loaded weights).
+    Returns the freeze level in force (a resumed run keeps its checkpoint's).
+    """
+    if tcfg.get("pretrained"):
+        strict = bool(tcfg.get("pretrained_strict", True))
+        log.info("%s", load_pretrained(net, str(tcfg.pretrained), strict).table())
+    level = resolve_freeze(tcfg.get("freeze", "none"), resume_path)
+    if level != "none":
+        log.info("%s", freeze(net, level).summary())
+        if not tcfg.get("pretrained") and not resume_path:
+            log.warning("train.freeze=%s without train.pretrained freezes random weights", level)
+    return level

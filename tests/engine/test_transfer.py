@@ -116,3 +116,31 @@ def test_resume_keeps_the_checkpoint_freeze(tmp_path):
     ms.save_checkpoint(net, str(plain))
     assert resolve_freeze("backbone+neck", str(plain)) == "backbone+neck"
     assert resolve_freeze("backbone", None) == "backbone"
+
+
+def test_prepare_fine_tuning_loads_then_freezes_and_logs_both(tmp_path, caplog):
+    from engine.transfer import prepare_fine_tuning
+
+    source = build_model(load_model_config("yolox_nano"), 80)
+    path = tmp_path / "coco80.ckpt"
+    ms.save_checkpoint(source, str(path))
+    net = build_model(load_model_config("yolox_nano"), 3)
+    tcfg = OmegaConf.create(
+        {"pretrained": str(path), "pretrained_strict": True, "freeze": "backbone"}
+    )
+    with caplog.at_level("INFO"):
+        assert prepare_fine_tuning(net, tcfg) == "backbone"
+    assert "re-initialised     6" in caplog.text and "train.freeze=backbone: " in caplog.text
+    stem = net.backbone.backbone.stem.conv.conv.weight
+    assert not stem.requires_grad
+    assert (
+        stem.asnumpy().tobytes()
+        == source.backbone.backbone.stem.conv.conv.weight.asnumpy().tobytes()
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        prepare_fine_tuning(
+            build_model(load_model_config("yolox_nano"), 3),
+            OmegaConf.create({"pretrained": None, "freeze": "backbone"}),
+        )
+    assert "freezes random weights" in caplog.text
