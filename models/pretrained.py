@@ -69,7 +69,10 @@ def read_pretrained(path: str, use_ema: bool = True) -> tuple[dict[str, np.ndarr
         return weights, False
     params = read_checkpoint(path)
     used_ema = use_ema and any(k.startswith(EMA_PREFIX) for k in params)
-    weights = {k: v.asnumpy() for k, v in network_weights(params, use_ema).items()}
+    # Metadata may be stored as plain strings: only tensors are weights.
+    weights = {
+        k: v.asnumpy() for k, v in network_weights(params, use_ema).items() if hasattr(v, "asnumpy")
+    }
     return weights, used_ema
 
 
