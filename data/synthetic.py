@@ -13,6 +13,12 @@ there are no unlabelled fragments.
 
 Every image has its own random stream, ``default_rng([seed, split, index])``: the output
 does not depend on how many processes generate it.
+
+``classes`` picks the kinds drawn from a catalogue of six (:data:`KINDS`), so the same
+generator describes a second, different task for fine-tuning experiments: the default
+``disc, rectangle, triangle`` is the built-in set; e.g. ``star, cross, ring`` (see
+``configs/data/shapes_stars.yaml``) are shapes a model trained on the default has never
+seen. Each kind keeps its category id whichever others are chosen.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-CATEGORIES = (
-    {"id": 1, "name": "disc", "supercategory": "shape"},
-    {"id": 3, "name": "rectangle", "supercategory": "shape"},
-    {"id": 7, "name": "triangle", "supercategory": "shape"},
+# Every kind the generator can draw, with its (deliberately non-contiguous) category id.
+KINDS = {"disc": 1, "rectangle": 3, "triangle": 7, "star": 11, "cross": 13, "ring": 17}
+DEFAULT_CLASSES = ("disc", "rectangle", "triangle")
+CATEGORIES = tuple(
+    {"id": KINDS[name], "name": name, "supercategory": "shape"} for name in DEFAULT_CLASSES
 )
 SPLITS = {"train": 0, "val": 1}  # split name -> its code in the per-image seed
 ANN_FILES = {split: f"annotations/instances_{split}.json" for split in SPLITS}
@@ -48,7 +55,20 @@ JPEG_QUALITY = 90
 GENERATOR_VERSION = 1
 
 
-def ensure_shapes_dataset(root: str, num_train: int, num_val: int, seed: int) -> str:
+def categories_for(classes: tuple[str, ...] | list[str] | None = None) -> tuple[dict, ...]:
+    """COCO categories of the chosen kinds (default: disc, rectangle, triangle)."""
+    names = tuple(classes) if classes else DEFAULT_CLASSES
+    unknown = [n for n in names if n not in KINDS]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(
+            f"data.classes must be distinct names from {', '.join(KINDS)}; got {list(names)}"
+        )
+    return tuple({"id": KINDS[n], "name": n, "supercategory": "shape"} for n in names)
+
+
+def ensure_shapes_dataset(
+    root: str, num_train: int, num_val: int, seed: int, classes: tuple[str, ...] | None = None
+) -> str:
     """Return ``root``, generating the shapes set there first if it does not exist yet.
 
     Generation happens in a temporary sibling folder that is renamed to ``root`` when
@@ -72,7 +92,7 @@ def ensure_shapes_dataset(root: str, num_train: int, num_val: int, seed: int) ->
     start = time.perf_counter()
     log.info("generating the shapes dataset (%d train, %d val) in %s", num_train, num_val, root)
     try:
-        generate_shapes(tmp, num_train, num_val, seed)
+        generate_shapes(tmp, num_train, num_val, seed, classes=classes)
         try:
             os.rename(tmp, root)
         except OSError:
@@ -99,13 +119,19 @@ def _warn_if_stale(root: str) -> None:
 
 
 def generate_shapes(
-    out_dir: str, num_train: int, num_val: int, seed: int, workers: int | None = None
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    seed: int,
+    workers: int | None = None,
+    classes: tuple[str, ...] | None = None,
 ) -> None:
     """Write ``train/``, ``val/`` and ``annotations/instances_{train,val}.json`` to ``out_dir``.
 
     ``workers`` threads share the work (OpenCV drawing and JPEG encoding release the GIL);
-    the files do not depend on it.
+    the files do not depend on it. ``classes``: the kinds to draw (default: the built-in three).
     """
+    categories = categories_for(classes)
     workers = workers or min(4, os.cpu_count() or 1)
     os.makedirs(os.path.join(out_dir, "annotations"), exist_ok=True)
     for split, count in (("train", num_train), ("val", num_val)):
@@ -114,7 +140,7 @@ def generate_shapes(
 
         def write_one(index: int, split: str = split, img_dir: str = img_dir) -> dict:
             rng = np.random.default_rng([seed, SPLITS[split], index])
-            img, objects = render_image(rng)
+            img, objects = render_image(rng, categories)
             ok, encoded = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
             if not ok:
                 raise RuntimeError(f"JPEG encoding failed for {split} image {index}")
@@ -133,10 +159,14 @@ def generate_shapes(
 
         with ThreadPoolExecutor(workers) as pool:
             written = list(pool.map(write_one, range(count)))
-        _write_annotations(os.path.join(out_dir, ANN_FILES[split]), written, seed, split)
+        _write_annotations(
+            os.path.join(out_dir, ANN_FILES[split]), written, seed, split, categories
+        )
 
 
-def _write_annotations(path: str, written: list[dict], seed: int, split: str) -> None:
+def _write_annotations(
+    path: str, written: list[dict], seed: int, split: str, categories: tuple[dict, ...]
+) -> None:
     annotations = [
         {"id": ann_id, "image_id": item["image"]["id"], "iscrowd": 0, **obj}
         for ann_id, (item, obj) in enumerate(
@@ -151,7 +181,7 @@ def _write_annotations(path: str, written: list[dict], seed: int, split: str) ->
         },
         "images": [item["image"] for item in written],
         "annotations": annotations,
-        "categories": list(CATEGORIES),
+        "categories": list(categories),
     }
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -159,9 +189,12 @@ def _write_annotations(path: str, written: list[dict], seed: int, split: str) ->
     os.replace(tmp, path)
 
 
-def render_image(rng: np.random.Generator) -> tuple[np.ndarray, list[dict]]:
+def render_image(
+    rng: np.random.Generator, kinds: tuple[dict, ...] = CATEGORIES
+) -> tuple[np.ndarray, list[dict]]:
     """One image (uint8 BGR) and its objects: ``{"category_id", "bbox" [x, y, w, h], "area"}``
-    with the box and pixel count of each shape's visible part."""
+    with the box and pixel count of each shape's visible part. ``kinds``: the categories drawn
+    (see :func:`categories_for`)."""
     height, width = (int(v) for v in rng.integers(SIDE_RANGE[0], SIDE_RANGE[1] + 1, 2))
     img = _background(rng, height, width)
     owner = np.zeros((height, width), dtype=np.int16)  # which object each pixel shows (0: none)
@@ -170,7 +203,7 @@ def render_image(rng: np.random.Generator) -> tuple[np.ndarray, list[dict]]:
     categories: list[int] = []
     extents: list[tuple[int, int, int, int]] = []  # drawn region of each object (x0, y0, x1, y1)
     for _ in range(int(rng.integers(0, MAX_OBJECTS + 1))):
-        category = CATEGORIES[int(rng.integers(len(CATEGORIES)))]["id"]
+        category = kinds[int(rng.integers(len(kinds)))]["id"]
         colour = _object_colour(rng)
         for _try in range(PLACEMENT_TRIES):
             placed = _rasterise(rng, category, height, width)
@@ -216,13 +249,27 @@ def _rasterise(
     size = math.exp(rng.uniform(math.log(MIN_OBJECT_SIZE), math.log(largest)))
     cx, cy = rng.uniform(0, width), rng.uniform(0, height)
     angle = rng.uniform(0, 2 * math.pi)
-    if category == 1:  # disc: diameter = size
+    hole = 0.0  # ring: inner radius as a fraction of the outer one
+    if category == KINDS["disc"]:  # diameter = size
         points = None
-    elif category == 3:  # rectangle: long side `size`, short side 1/3 .. 1 of it, rotated
+    elif category == KINDS["ring"]:  # a disc with a hole of 35-65 % of its radius
+        points = None
+        hole = rng.uniform(0.35, 0.65)
+    elif category == KINDS["rectangle"]:  # long side `size`, short 1/3 .. 1 of it, rotated
         half_long = size / 2
         half_short = half_long / math.exp(rng.uniform(0, math.log(3)))
         corners = np.array([(-1, -1), (1, -1), (1, 1), (-1, 1)]) * (half_long, half_short)
         points = _rotate(corners, angle)
+    elif category == KINDS["star"]:  # five points, inner radius 40-55 % of the outer
+        inner = rng.uniform(0.4, 0.55)
+        turns = angle + np.arange(10) * math.pi / 5
+        radii = np.where(np.arange(10) % 2 == 0, 1.0, inner) * size / 2
+        points = np.stack([np.cos(turns) * radii, np.sin(turns) * radii], axis=1)
+    elif category == KINDS["cross"]:  # a plus sign, arms 25-40 % of the size wide
+        a, b = size / 2, size * rng.uniform(0.125, 0.2)
+        outline = [(b, b), (b, a), (-b, a), (-b, b), (-a, b), (-a, -b)]
+        outline += [(-b, -b), (-b, -a), (b, -a), (b, -b), (a, -b), (a, b)]
+        points = _rotate(np.array(outline), angle)
     else:  # triangle: three vertices on a circle, irregular but never a sliver
         offsets = angle + np.array([0, 2 * math.pi / 3, 4 * math.pi / 3])
         offsets += rng.uniform(-0.4, 0.4, 3)
@@ -236,7 +283,10 @@ def _rasterise(
         return None
     mask = np.zeros((y1 - y0, x1 - x0), dtype=np.uint8)
     if points is None:
-        cv2.circle(mask, (round(cx - x0), round(cy - y0)), max(1, round(size / 2)), 1, -1)
+        centre = (round(cx - x0), round(cy - y0))
+        cv2.circle(mask, centre, max(1, round(size / 2)), 1, -1)
+        if hole:
+            cv2.circle(mask, centre, max(1, round(size / 2 * hole)), 0, -1)
     else:
         poly = np.round(points + (cx - x0, cy - y0)).astype(np.int32)
         cv2.fillPoly(mask, [poly], 1)
@@ -291,6 +341,12 @@ def _add_noise(rng: np.random.Generator, img: np.ndarray, amplitude: int = 10) -
     img[...] = noisy.clip(0, 255).astype(np.uint8)
 
 
-def shapes_root(cache_dir: str, seed: int, num_train: int, num_val: int) -> str:
-    """The default folder of a shapes set: ``<cache_dir>/shapes-<seed>-<train>-<val>``."""
-    return os.path.join(cache_dir, f"shapes-{seed}-{num_train}-{num_val}")
+def shapes_root(
+    cache_dir: str, seed: int, num_train: int, num_val: int, classes: tuple[str, ...] | None = None
+) -> str:
+    """The default folder of a shapes set: ``<cache_dir>/shapes-<seed>-<train>-<val>``, with
+    ``-<kind>-<kind>...`` appended for other than the default classes."""
+    name = f"shapes-{seed}-{num_train}-{num_val}"
+    if classes and tuple(classes) != DEFAULT_CLASSES:
+        name += "-" + "-".join(c["name"] for c in categories_for(classes))
+    return os.path.join(cache_dir, name)

@@ -387,10 +387,19 @@ class TensorBoardCallback(EpochCallback):
                     "loss" if key.startswith("loss_") else "metrics" if "mAP" in key else "train"
                 )
                 self.writer.add_scalar(f"{group}/{key}", value, epoch)
+        if self.state.evaluated:
+            self._per_class_scalars(epoch)
         if self.state.evaluated and self.images_fn is not None:
             for tag, image in self.images_fn(epoch):
                 self.writer.add_image(tag, image, epoch, dataformats="HWC")
         self.writer.flush()
+
+    def _per_class_scalars(self, epoch: int) -> None:
+        # One curve per class, so a user sees which of their classes lags; -1 = no ground truth.
+        for key, group in (("per_class", "AP_per_class"), ("per_class_AP50", "AP50_per_class")):
+            for name, ap in (self.state.metrics or {}).get(key, {}).items():
+                if ap >= 0:
+                    self.writer.add_scalar(f"{group}/{name}", ap, epoch)
 
     def on_train_end(self, run_context):
         self.writer.close()

@@ -194,7 +194,8 @@ class CocoEvaluator:
 
         ``speed``: ms per image per stage (or a :class:`SpeedMeter`) for the speed line.
         Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,
-        ``mAP_medium``, ``mAP_large``, ``per_class`` ({name: AP}), ``images``,
+        ``mAP_medium``, ``mAP_large``, ``per_class`` ({name: AP}), ``per_class_AP50``
+        ({name: AP at IoU 0.5}), ``images``,
         ``detections`` (and ``speed_ms`` when given). APs are fractions in [0, 1]; -1 means
         the evaluated images hold no ground truth of that kind (COCO's convention).
         """
@@ -210,15 +211,19 @@ class CocoEvaluator:
         with contextlib.redirect_stdout(summary):
             coco_eval.summarize()
         per_class = dict(zip(self.class_names, per_class_ap(coco_eval, self.category_ids)))
+        per_class50 = dict(
+            zip(self.class_names, per_class_ap(coco_eval, self.category_ids, iou_threshold=0.5))
+        )
 
         metrics: dict[str, Any] = {k: float(v) for k, v in zip(AP_KEYS, coco_eval.stats[:6])}
         metrics["per_class"] = per_class
+        metrics["per_class_AP50"] = per_class50
         metrics["images"] = len(set(self.image_ids))
         metrics["detections"] = len(self.results)
         lines = [
             summary.getvalue().rstrip(),
-            "Per-class AP (IoU 0.50:0.95):",
-            format_ap_table(per_class),
+            "Per-class AP (IoU 0.50:0.95) and AP50:",
+            format_ap_table(per_class, per_class50),
         ]
         if speed is not None:
             ms = speed.ms_per_image() if isinstance(speed, SpeedMeter) else dict(speed)
@@ -255,12 +260,20 @@ class CocoEvaluator:
         return coco_eval
 
 
-def per_class_ap(coco_eval: COCOeval, category_ids: Sequence[int]) -> list[float]:
-    """AP (IoU 0.50:0.95, all areas, 100 detections) per category, in ``category_ids`` order.
+def per_class_ap(
+    coco_eval: COCOeval, category_ids: Sequence[int], iou_threshold: float | None = None
+) -> list[float]:
+    """AP (all areas, 100 detections) per category, in ``category_ids`` order.
 
+    Averaged over IoU 0.50:0.95, or at the one ``iou_threshold`` given (0.5: AP50).
     -1 for a category without ground truth in the evaluated images.
     """
     precision = coco_eval.eval["precision"]  # [IoU, recall, category, area, max dets]
+    if iou_threshold is not None:
+        matches = np.flatnonzero(np.isclose(coco_eval.params.iouThrs, iou_threshold))
+        if matches.size != 1:
+            raise ValueError(f"COCOeval did not evaluate IoU {iou_threshold}")
+        precision = precision[matches]
     position = {c: k for k, c in enumerate(coco_eval.params.catIds)}
     aps = []
     for cat_id in category_ids:
@@ -270,12 +283,23 @@ def per_class_ap(coco_eval: COCOeval, category_ids: Sequence[int]) -> list[float
     return aps
 
 
-def format_ap_table(per_class: Mapping[str, float], columns: int = 3) -> str:
-    """A plain text table of ``name AP`` pairs, ``columns`` pairs per row."""
+def format_ap_table(
+    per_class: Mapping[str, float],
+    per_class50: Mapping[str, float] | None = None,
+    columns: int = 3,
+) -> str:
+    """A plain text table of ``name AP [AP50]`` cells, ``columns`` cells per row."""
     if not per_class:
         return "(no classes)"
     width = max(len(name) for name in per_class)
-    cells = [f"{name:<{width}}  {ap:6.3f}" for name, ap in per_class.items()]
+    if per_class50 is None:
+        cells = [f"{name:<{width}}  {ap:6.3f}" for name, ap in per_class.items()]
+    else:
+        columns = max(1, columns - 1)  # wider cells
+        cells = [
+            f"{name:<{width}}  AP {ap:6.3f}  AP50 {per_class50[name]:6.3f}"
+            for name, ap in per_class.items()
+        ]
     rows = [" | ".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
     return "\n".join(rows)
 

@@ -55,7 +55,8 @@ from engine.runtime import (
     float_status_ops,
 )
 from engine.train_step import ModelEMA, TrainStep
-from models.checkpoint import load_weights, network_weights, read_checkpoint
+from engine.transfer import META_FREEZE, freeze_level_code, prepare_fine_tuning
+from models.checkpoint import network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
 from models.loss import DetectorWithLoss, YOLOXLoss
 from models.yolox import build_model
@@ -90,9 +91,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if rt.sync_bn:
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
-    if tcfg.pretrained:
-        used_ema = load_weights(net, str(tcfg.pretrained))
-        log.info("initial weights from %s%s", tcfg.pretrained, " (EMA)" if used_ema else "")
+    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
+    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
     apply_amp(net, rt)
     loss = YOLOXLoss(
         num_classes,
@@ -126,9 +126,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
 
     start_epoch, best_map = 0, -1.0
     if tcfg.resume:
-        resume = restore_training_state(
-            train_step, find_resume_checkpoint(str(tcfg.resume), rt.run_dir)
-        )
+        resume = restore_training_state(train_step, resume_path)
         start_epoch, best_map = resume.epoch, resume.best_map
         log.info(
             "resumed from %s after epoch %d (best mAP %.4f)", resume.path, start_epoch, best_map
@@ -168,7 +166,17 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema) if rt.is_main else None
     )
     callbacks = _build_callbacks(
-        cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+        cfg,
+        rt,
+        state,
+        train_step,
+        loss,
+        net,
+        train_src,
+        evaluator,
+        steps_per_sink,
+        num_classes,
+        freeze_level,
     )
     log.info(
         "training %s: %d epochs x %d steps, batch %d x %d ranks, lr %.4g, amp %s, %s mode%s",
@@ -293,7 +301,17 @@ def _sink_plan(rt: Runtime, steps_per_epoch: int, profiling: bool = False) -> tu
 
 
 def _build_callbacks(
-    cfg, rt, state, train_step, loss, net, train_src, evaluator, steps_per_sink, num_classes
+    cfg,
+    rt,
+    state,
+    train_step,
+    loss,
+    net,
+    train_src,
+    evaluator,
+    steps_per_sink,
+    num_classes,
+    freeze_level="none",
 ) -> list:
     tcfg = cfg.train
     cbs = [
@@ -308,7 +326,11 @@ def _build_callbacks(
         UnreadableImagesReport(state, train_src.unreadable),
     ]
     if rt.is_main:
-        meta = {META_MODEL: str(cfg.model.name), META_CLASSES: int(num_classes)}
+        meta = {
+            META_MODEL: str(cfg.model.name),
+            META_CLASSES: int(num_classes),
+            META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
+        }
         cbs += [
             EvalCallback(
                 state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs)

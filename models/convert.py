@@ -5,7 +5,8 @@
 Accepts the release format ``{"model": state_dict, ...}`` and a bare state_dict. Names map
 1:1 except BatchNorm (weight/bias/running_mean/running_var -> gamma/beta/moving_mean/
 moving_variance; num_batches_tracked dropped). Any unmatched or mis-shaped key stops the
-conversion by name; no partial checkpoint is written. torch is needed only here.
+conversion by name; no partial checkpoint is written. PyTorch is not needed: the .pth
+file is read by :mod:`models.torch_pickle`, which refuses a file that would run code.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from models.torch_pickle import TorchCheckpointError, load_torch_file
 
 BN_RENAMES = {
     "weight": "gamma",
@@ -99,19 +102,15 @@ def convert_state_dict(
 
 
 def load_torch_checkpoint(path: str) -> Mapping[str, Any]:
-    """Read a .pth file safely (``weights_only=True``: a checkpoint never runs code)."""
+    """The state_dict of a .pth file, as numpy arrays, read without PyTorch.
+
+    A checkpoint whose pickle would call anything but the tensor-rebuild functions is
+    refused before any of it runs (see :mod:`models.torch_pickle`).
+    """
     try:
-        import torch
-    except ImportError as err:
-        raise ConversionError(
-            "converting PyTorch weights needs torch: pip install torch==2.13.0"
-        ) from err
-    if not os.path.isfile(path):
-        raise ConversionError(f"PyTorch checkpoint not found: {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise ConversionError(f"cannot read {path} as a PyTorch checkpoint: {err}") from err
+        obj = load_torch_file(path)
+    except TorchCheckpointError as err:
+        raise ConversionError(str(err)) from err
     return extract_state_dict(obj, path)
 
 

@@ -137,6 +137,10 @@ def build_pair(
             state = load_torch_checkpoint(src)
             classes = num_classes or infer_num_classes(state)
             torch_model = build_torch_yolox(cfg, classes, seed)
+            import torch  # present: build_torch_yolox needs it
+
+            # The converter reads .pth files without torch: its tensors are numpy arrays.
+            state = {k: torch.from_numpy(np.asarray(v)) for k, v in state.items()}
             try:
                 torch_model.load_state_dict(state, strict=True)
             except RuntimeError as err:

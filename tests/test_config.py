@@ -33,7 +33,7 @@ def test_default_composition():
     "group,expected",
     [
         ("model", ["yolox_l", "yolox_m", "yolox_nano", "yolox_s", "yolox_tiny", "yolox_x"]),
-        ("data", ["coco", "shapes"]),
+        ("data", ["coco", "shapes", "shapes_stars"]),
         ("runtime", ["ascend", "ascend_8p", "auto", "cpu"]),
         ("train", ["shapes", "yolox"]),
     ],

@@ -138,3 +138,33 @@ def test_shapes_are_whole_inside_their_mask():
                 )
                 checked += 1
     assert checked > 300
+
+
+def test_a_second_task_draws_other_kinds_with_their_own_ids_and_folder(tmp_path):
+    from data.synthetic import categories_for, shapes_root
+
+    kinds = categories_for(["star", "cross", "ring"])
+    seen = Counter()
+    for i in range(40):
+        img, objects = render_image(np.random.default_rng([1, 0, i]), kinds)
+        for obj in objects:
+            seen[obj["category_id"]] += 1
+            x, y, bw, bh = obj["bbox"]
+            assert 0 <= x and 0 <= y and x + bw <= img.shape[1] and y + bh <= img.shape[0]
+            assert 0 < obj["area"] <= bw * bh
+    assert set(seen) == {11, 13, 17} and min(seen.values()) > 10
+    generate_shapes(str(tmp_path / "stars"), 4, 2, seed=1, classes=("star", "cross", "ring"))
+    train = CocoSource(str(tmp_path / "stars"), ANN_FILES["train"], "train")
+    assert train.class_names == ["star", "cross", "ring"] and train.category_ids == [11, 13, 17]
+    # A ring has a hole: its pixel count is well below its filled disc's.
+    for i in range(40):
+        _, objects = render_image(np.random.default_rng([1, 0, i]), categories_for(["ring"]))
+        for obj in objects:
+            if obj["bbox"][2] > 30 and obj["bbox"][3] > 30:
+                assert obj["area"] < 0.9 * np.pi / 4 * obj["bbox"][2] * obj["bbox"][3]
+    assert shapes_root("c", 0, 10, 2) == os.path.join("c", "shapes-0-10-2")
+    assert shapes_root("c", 1, 10, 2, ["star", "ring"]) == os.path.join(
+        "c", "shapes-1-10-2-star-ring"
+    )
+    with pytest.raises(ValueError, match="data.classes must be distinct names from disc"):
+        categories_for(["disc", "hexagon"])
