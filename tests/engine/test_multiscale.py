@@ -194,6 +194,7 @@ def _train(base, epochs, initial_epoch, seed, interval, steps_per_epoch=3):
     return step, schedule, record.seen
 
 
+@pytest.mark.slow
 def test_schedule_drives_one_graph_per_size_and_resume_continues():
     base, seed, interval = (96, 128), 3, 1
     step, schedule, seen = _train(base, 4, 0, seed, interval)
