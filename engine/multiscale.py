@@ -19,15 +19,23 @@ Here:
   each size compiles once, on first use, and switching back to a seen size reuses its graph
   while every size updates the same Parameters. It compiles a new size explicitly to log
   how long that took.
+
+MindSpore's persistent compile cache (``MS_COMPILER_CACHE_ENABLE=1``,
+``MS_COMPILER_CACHE_PATH``) stores graphs as ``compile_cache_<n>.mindir`` by compile
+order, and the graphs of two sizes take the same inputs: a run that met its sizes in
+another order would load another size's graph. With the cache on, the schedule therefore
+compiles every size up front, in one fixed order (:func:`all_sizes`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 
+import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 from mindspore.train import Callback
@@ -89,6 +97,14 @@ def scheduled_size(
     return size_for_factor(base, int(rng.integers(lo, hi + 1)))
 
 
+def compile_cache_enabled() -> bool:
+    """Whether MindSpore's persistent compile cache is on (context or environment)."""
+    enabled = ms.get_context("enable_compile_cache")
+    if enabled is None or enabled is False:
+        enabled = os.environ.get("MS_COMPILER_CACHE_ENABLE") == "1"
+    return bool(enabled)
+
+
 def sink_steps(interval: int, steps_per_epoch: int, requested: int) -> int:
     """Steps per data sink that keep the size schedule when sizes change only at sinks.
 
@@ -147,7 +163,9 @@ class MultiScaleSchedule(Callback):
     ``steps_per_sink``: the steps of one MindSpore epoch (one sink, or the whole epoch
     without sinking). ``steps_per_call``: steps one call of the training cell runs (the
     sink size when MindSpore really sinks, else 1). ``compile_graphs``: compile a new size explicitly (and
-    log its time) before the step runs it; graph mode only.
+    log its time) before the step runs it; graph mode only. ``compile_all_first``: compile
+    every size, in :func:`all_sizes` order, before the first step (default: when the
+    persistent compile cache is on, see the module note).
     """
 
     def __init__(
@@ -159,6 +177,7 @@ class MultiScaleSchedule(Callback):
         interval: int = DEFAULT_INTERVAL,
         steps_per_call: int = 1,
         compile_graphs: bool = True,
+        compile_all_first: bool | None = None,
     ):
         super().__init__()
         size_range(resize.base, multiscale_range)  # fail at build time, not at step 11
@@ -174,6 +193,9 @@ class MultiScaleSchedule(Callback):
         self.steps_per_sink = int(steps_per_sink)
         self.steps_per_call = int(steps_per_call)
         self.compile_graphs = compile_graphs
+        if compile_all_first is None:
+            compile_all_first = compile_graphs and compile_cache_enabled()
+        self.pending = all_sizes(resize.base, self.range) if compile_all_first else []
         self.compiled: dict[tuple[str, tuple[int, int]], float] = {}
         self.sizes_used: dict[tuple[int, int], int] = {}
         self._next_step = 0
@@ -196,6 +218,12 @@ class MultiScaleSchedule(Callback):
         size = scheduled_size(self.resize.base, self.range, self.seed, step, self.interval)
         self.sizes_used[size] = self.sizes_used.get(size, 0) + self.steps_per_call
         network = cb.train_network
+        inputs = cb.train_dataset_element or ()
+        while self.pending:
+            self._use(network, self.pending.pop(0), inputs, step)
+        self._use(network, size, inputs, step)
+
+    def _use(self, network, size: tuple[int, int], inputs, step: int) -> None:
         self.resize.size = size
         network.phase = f"train.{size[0]}x{size[1]}"
         key = (str(id(network)), size)
@@ -203,7 +231,6 @@ class MultiScaleSchedule(Callback):
             return
         seconds = 0.0
         if self.compile_graphs:
-            inputs = cb.train_dataset_element or ()
             started = time.perf_counter()
             network.compile(*inputs)
             seconds = time.perf_counter() - started

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import mindspore as ms
-import mindspore.dataset as ds
 import numpy as np
 import pytest
-from mindspore import nn, ops
-from mindspore.train import Callback, Model
+from mindspore import nn
 
 from engine.multiscale import (
     MultiScaleResize,
-    MultiScaleSchedule,
     all_sizes,
     scheduled_size,
     sink_steps,
     size_range,
 )
-from engine.optim import build_optimizer
-from engine.train_step import TrainStep
+from tests.engine.multiscale_probe import train_probe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_sizes_are_the_originals_range():
@@ -139,65 +142,10 @@ def test_size_set_and_aspect_match_the_originals_random_resize():
     assert drawn == set(all_sizes((256, 352), 2))
 
 
-class _SizeProbe(nn.Cell):
-    """A small conv 'network with loss' that also reports the input size it received."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, has_bias=True)
-
-    def construct(self, images, targets, mask):
-        loss = self.conv(images * (1.0 / 255)).mean() + 0.0 * (targets.sum() + mask.sum())
-        h = ops.shape(images)[2] * 1.0
-        w = ops.shape(images)[3] * 1.0
-        return loss, ms.Tensor(h, ms.float32), ms.Tensor(w, ms.float32), targets[0, 0, 1]
-
-
-class _Record(Callback):
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def on_train_step_end(self, run_context):
-        out = run_context.original_args().net_outputs
-        self.seen.append((int(out[1].asnumpy()), int(out[2].asnumpy()), float(out[3].asnumpy())))
-
-
-def _train(base, epochs, initial_epoch, seed, interval, steps_per_epoch=3):
-    probe = _SizeProbe()
-    resize = MultiScaleResize(probe, base)
-    lrs = np.full(epochs * steps_per_epoch, 0.01, np.float32)
-    cfg = {"momentum": 0.9, "nesterov": True, "weight_decay": 0.0}
-    from omegaconf import OmegaConf
-
-    step = TrainStep(resize, build_optimizer(probe, lrs, OmegaConf.create(cfg)))
-    step.set_train(True)
-    images = np.full((steps_per_epoch, 1, 3, *base), 100.0, np.float32)
-    targets = np.zeros((steps_per_epoch, 1, 2, 5), np.float32)
-    targets[..., 1] = 32.0  # cx: scaled with the width
-    mask = np.ones((steps_per_epoch, 1, 2), np.float32)
-    data = ds.NumpySlicesDataset(
-        {"images": images[:, 0], "targets": targets[:, 0], "mask": mask[:, 0]}, shuffle=False
-    ).batch(1)
-    schedule = MultiScaleSchedule(resize, 2, seed, steps_per_epoch, interval)
-    record = _Record()
-    weight = probe.conv.weight
-    before = weight.asnumpy().copy()
-    Model(step).train(
-        epochs,
-        data,
-        callbacks=[schedule, record],
-        dataset_sink_mode=False,
-        initial_epoch=initial_epoch,
-    )
-    assert probe.conv.weight is weight and not np.allclose(weight.asnumpy(), before)
-    return step, schedule, record.seen
-
-
 @pytest.mark.slow
 def test_schedule_drives_one_graph_per_size_and_resume_continues():
     base, seed, interval = (96, 128), 3, 1
-    step, schedule, seen = _train(base, 4, 0, seed, interval)
+    step, schedule, seen = train_probe(base, 4, 0, seed, interval)
     expected = [scheduled_size(base, 2, seed, s, interval) for s in range(12)]
     assert [(h, w) for h, w, _ in seen] == expected
     assert [cx for _, _, cx in seen] == pytest.approx([32.0 * w / 128 for _, w in expected])
@@ -207,5 +155,31 @@ def test_schedule_drives_one_graph_per_size_and_resume_continues():
     assert len(schedule.compiled) == len(distinct)
     assert len([p for p in step.compile_cache if p.startswith("train.")]) == len(distinct)
     # A resumed run (after epoch 2) continues the same sequence.
-    _, _, resumed = _train(base, 4, 2, seed, interval)
+    _, _, resumed = train_probe(base, 4, 2, seed, interval)
     assert [(h, w) for h, w, _ in resumed] == expected[6:]
+
+
+@pytest.mark.slow
+def test_compile_cache_gets_each_size_its_own_graph(tmp_path):
+    """MindSpore's persistent cache finds graphs by compile order: two runs that meet the
+    sizes in different orders must still each run every size at its own size."""
+    env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=str(tmp_path))
+    for seed in (3, 5):  # different first-use orders (checked below)
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.engine.multiscale_probe", str(seed)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+        expected = [list(scheduled_size((96, 128), 2, seed, s, 1)) for s in range(12)]
+        assert [s[:2] for s in seen] == expected
+    assert os.listdir(tmp_path / "rank_0" / "graph_cache")
+    first_use = [
+        list(dict.fromkeys(tuple(scheduled_size((96, 128), 2, seed, s, 1)) for s in range(12)))
+        for seed in (3, 5)
+    ]
+    assert first_use[0] != first_use[1]
