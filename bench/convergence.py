@@ -2,13 +2,16 @@
 
     python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
                                 [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
+                                [--multiscale R]
 
 Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
 warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
 augmentation, L1 and no mosaic in the last epochs) and wall-clock budget for both; each
 stops after the last epoch that fits in ``--minutes`` and its final EMA weights are scored
 with pycocotools on the same val split. Writes ``convergence.png`` (loss curves over wall
-time, final mAP) and ends with ``RESULT {json}``.
+time, final mAP) and ends with ``RESULT {json}``. ``--multiscale R`` trains both sides with
+multi-scale (sizes 32 * (img/32 - R .. img/32 + R), a new one every 10 steps): msdet with
+``train.multiscale_range=R``, the original through its own ``random_resize``/``preprocess``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def run_msdet(args, out: str) -> dict:
         f"train.eval_interval={args.epochs}",
         f"train.time_limit_min={args.minutes}",
         "train.tensorboard=false",
+        f"train.multiscale_range={args.multiscale}",
         f"hydra.run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
@@ -69,7 +73,8 @@ def run_pytorch(args, out: str, root: str, cfg) -> dict:
         f"train_original({root!r}, {run_dir!r}, model={args.model!r}, img={args.img}, "
         f"batch={args.batch}, epochs={args.epochs}, warmup_epochs={int(t.warmup_epochs)}, "
         f"no_aug_epochs={int(t.no_aug_epochs)}, lr_per_img={float(t.lr_per_img)}, "
-        f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes})"
+        f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes}, "
+        f"multiscale_range={args.multiscale})"
     )
     subprocess.run([sys.executable, "-c", call], cwd=ROOT, check=True)
     return load_pytorch(out)
@@ -118,6 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-val", type=int, default=200)
     parser.add_argument("--out", default="outputs/convergence")
     parser.add_argument(
+        "--multiscale", type=int, default=0, help="multi-scale range R for both sides (0: off)"
+    )
+    parser.add_argument(
         "--only",
         choices=("msdet", "pytorch"),
         default=None,
@@ -150,6 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
             "mAP50": r["metrics"]["mAP50"],
             "epochs": len(r["history"]),
             "train_min": round(r["train_min"], 2),
+            "s_per_epoch": round(60 * r["train_min"] / max(len(r["history"]), 1), 1),
             "final_loss": r["history"][-1]["loss_total"],
         }
         for name, r in results.items()
@@ -166,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "schedule_epochs": args.epochs,
         "num_train": args.num_train,
+        "multiscale_range": args.multiscale,
         **summary,
         "plot": os.path.join(out, "convergence.png"),
     }

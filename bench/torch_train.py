@@ -3,7 +3,8 @@
 YOLOX's own Trainer needs CUDA, so this is its per-iteration recipe written as a plain
 loop with YOLOX's components: COCODataset + MosaicDetection + TrainTransform, SGD with its
 parameter groups, the ``yoloxwarmcos`` LRScheduler, ModelEMA, L1 loss and mosaic off for
-the last ``no_aug_epochs``; no multi-scale (msdet trains at one size). It stops, like
+the last ``no_aug_epochs``; with ``multiscale_range`` > 0, YOLOX's multi-scale training
+through its own ``Exp.random_resize`` (every 10 iterations) and ``Exp.preprocess``. It stops, like
 msdet's ``train.time_limit_min``, after the last epoch that fits in the time budget, then
 scores the EMA weights with msdet's COCO evaluator (pycocotools) on the val split.
 """
@@ -34,9 +35,12 @@ def train_original(
     aug: dict[str, Any] | None = None,
     time_limit_min: float = 12.0,
     seed: int = 0,
+    multiscale_range: int = 0,
 ) -> dict[str, Any]:
     """Train and evaluate; returns {"history": [...per epoch...], "metrics": {...}}."""
     import_yolox()
+    import random
+
     import torch
     from yolox.data import COCODataset, MosaicDetection, TrainTransform
     from yolox.utils import LRScheduler, ModelEMA
@@ -44,6 +48,9 @@ def train_original(
     aug = aug or {}
     torch.manual_seed(seed)
     np.random.seed(seed)
+    random.seed(seed)  # the original's random_resize draws with `random`
+    exp = _multiscale_exp(img, multiscale_range)
+    input_size = (img, img)
     base = COCODataset(
         data_dir=root,
         json_file="instances_train.json",
@@ -96,7 +103,10 @@ def train_original(
             it += 1
             for group in opt.param_groups:
                 group["lr"] = sched.update_lr(it)
-            out = net(images.float(), targets.float())
+            images, targets = images.float(), targets.float()
+            if exp is not None:  # the original's Trainer.train_one_iter
+                images, targets = exp.preprocess(images, targets, input_size)
+            out = net(images, targets)
             opt.zero_grad()
             out["total_loss"].backward()
             opt.step()
@@ -109,6 +119,8 @@ def train_original(
                 ("l1", "l1_loss"),
             ):
                 sums[k] += float(out[key])
+            if exp is not None and it % 10 == 0:  # the original's after_iter
+                input_size = _random_resize(exp)
         history.append(
             {
                 "epoch": epoch + 1,
@@ -129,6 +141,31 @@ def train_original(
     with open(os.path.join(out_dir, "pytorch_result.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def _multiscale_exp(img: int, multiscale_range: int):
+    """YOLOX's base Exp holding the multi-scale settings, or None when off."""
+    if multiscale_range <= 0:
+        return None
+    from yolox.exp.yolox_base import Exp
+
+    exp = Exp()
+    exp.input_size = (img, img)
+    exp.multiscale_range = int(multiscale_range)
+    return exp
+
+
+def _random_resize(exp) -> tuple[int, int]:
+    """The original's ``Exp.random_resize`` on CPU: it puts its size tensor on CUDA with
+    ``.cuda()``, which is made a no-op for the call; the draw itself is the original's."""
+    import torch
+
+    cuda = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    try:
+        return exp.random_resize(None, 0, 0, False)
+    finally:
+        torch.Tensor.cuda = cuda
 
 
 def evaluate_original(model, root: str, out_dir: str, img: int, batch: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from mindspore import nn
 from mindspore.train import LossMonitor, Model, TimeMonitor
 
 from data.build import build_sources
-from data.pipeline import build_eval_dataset, build_train_dataset
+from data.pipeline import build_eval_dataset, build_train_dataset, check_data_config
 from data.visualize import draw_boxes
 from engine.callbacks import (
     CheckpointCallback,
@@ -47,6 +47,7 @@ from engine.checkpoint import (
     restore_training_state,
 )
 from engine.evaluator import evaluate_on_dataset
+from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.runtime import (
     Runtime,
@@ -121,7 +122,13 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
     # the weights that produced it, so the stop names the parameter at fault.
     train_step = build_train_step(
-        net, loss, lrs, tcfg, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+        net,
+        loss,
+        lrs,
+        tcfg,
+        rt,
+        skip_nonfinite=bool(cfg.runtime.check_finite),
+        img_size=check_data_config(cfg.data),
     )
 
     start_epoch, best_map = 0, -1.0
@@ -150,7 +157,10 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if tcfg.max_steps_per_epoch:
         dataset = dataset.take(steps_per_epoch)
     steps_per_sink, sinks_per_epoch = _sink_plan(
-        rt, steps_per_epoch, profiling=int(cfg.runtime.profile_steps) > 0
+        rt,
+        steps_per_epoch,
+        profiling=int(cfg.runtime.profile_steps) > 0,
+        multiscale=_multiscale(tcfg),
     )
 
     state = TrainState(
@@ -255,10 +265,13 @@ def build_train_step(
     tcfg: Any,
     rt: Runtime,
     skip_nonfinite: bool = False,
+    img_size: tuple[int, int] | None = None,
 ) -> TrainStep:
     """The training step Cell: SGD, EMA and loss scaling as configured (bench/ uses it too).
 
-    ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``).
+    ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``). With
+    ``img_size`` (the base input size) and ``train.multiscale_range`` > 0, the batch is
+    resized inside the step (``engine.multiscale``).
     """
     optimizer = build_optimizer(net, lrs, tcfg)
     ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
@@ -266,8 +279,11 @@ def build_train_step(
     if rt.distributed:
         reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=rt.world_size)
     scale = float(rt.loss_scale) if rt.amp_level != "O0" else 1.0
+    net_with_loss = DetectorWithLoss(net, loss)
+    if img_size is not None and _multiscale(tcfg)[0] > 0:
+        net_with_loss = MultiScaleResize(net_with_loss, img_size)
     step = TrainStep(
-        DetectorWithLoss(net, loss),
+        net_with_loss,
         optimizer,
         ema,
         loss_scale=scale,
@@ -281,16 +297,32 @@ def build_train_step(
     return step
 
 
-def _sink_plan(rt: Runtime, steps_per_epoch: int, profiling: bool = False) -> tuple[int, int]:
+def _multiscale(tcfg: Any) -> tuple[int, int]:
+    """(train.multiscale_range, train.multiscale_interval); range 0 is off."""
+    return int(tcfg.get("multiscale_range") or 0), int(
+        tcfg.get("multiscale_interval") or DEFAULT_INTERVAL
+    )
+
+
+def _sink_plan(
+    rt: Runtime,
+    steps_per_epoch: int,
+    profiling: bool = False,
+    multiscale: tuple[int, int] = (0, DEFAULT_INTERVAL),
+) -> tuple[int, int]:
     """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch.
 
     ``profiling``: one step per sink, so that the profiler's step boundaries are steps,
     not whole sinks (a profiling run is a diagnostic run; its speed is not the point).
+    With multi-scale training a sink runs one size: it must fit in one size window.
     """
     size = int(rt.sink_size)
     if rt.sink_effective and profiling:
         log.info("runtime.profile_steps: one step per sink while profiling")
         return 1, steps_per_epoch
+    if rt.sink_effective and multiscale[0] > 0:
+        size = sink_steps(multiscale[1], steps_per_epoch, size)
+        return size, steps_per_epoch // size
     if not rt.sink_effective or size in (-1, 0, steps_per_epoch):
         return steps_per_epoch, 1
     if size < 0 or steps_per_epoch % size:
@@ -314,7 +346,21 @@ def _build_callbacks(
     freeze_level="none",
 ) -> list:
     tcfg = cfg.train
-    cbs = [
+    cbs = []
+    if isinstance(train_step.net_with_loss, MultiScaleResize):
+        ms_range, interval = _multiscale(tcfg)
+        cbs.append(
+            MultiScaleSchedule(
+                train_step.net_with_loss,
+                ms_range,
+                int(cfg.runtime.seed),
+                steps_per_sink,
+                interval,
+                steps_per_call=steps_per_sink if rt.sink_effective else 1,
+                compile_graphs=rt.mode == "graph",
+            )
+        )
+    cbs += [
         NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
         StepStats(
             state,
