@@ -52,7 +52,8 @@ def user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
         _traceback_to_log_files(err)
         sys.exit(1)
     except Exception as err:
-        log.error("error: %s: %s (traceback below)", type(err).__name__, _one_line(err))
+        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
+        log.error("error: %s: %s (traceback below)", type(err).__name__, first)
         raise
 
 
