@@ -252,7 +252,7 @@ def test_too_many_boxes_keep_the_largest_and_warn_once(train_source, caplog):
     "overrides, batch, message",
     [
         ({"layout": "rgb01"}, 4, "data.layout='rgb01' is not supported"),
-        ({"img_size": [100, 128]}, 4, "multiples of 32"),
+        ({"img_size": [100, 128]}, 4, "data.img_size must be a positive multiple of 32"),
         ({}, 32, "fewer than one batch of 32"),
         ({"aug.mosaic_probability": 1.0}, 4, "unknown data.aug keys"),
     ],
