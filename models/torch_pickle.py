@@ -248,8 +248,11 @@ def load_torch_file(path: str) -> Any:
                     raw = archive.read(f"{prefix}data/{key}")
                 except KeyError as err:
                     raise TorchCheckpointError(f"{path}: storage data/{key} is missing") from err
-                usable = len(raw) - len(raw) % dtype.itemsize
-                data = np.frombuffer(raw[:usable], dtype=dtype).astype(dtype.newbyteorder("="))
+                # A read-only view of the bytes (tensors copy out of it); swapped only when
+                # the file's byte order is not the machine's.
+                data = np.frombuffer(raw, dtype=dtype, count=len(raw) // dtype.itemsize)
+                if not data.dtype.isnative:
+                    data = data.astype(dtype.newbyteorder("="))
                 return _Storage(data, type_name)
 
             unpickler = RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), load_storage)

@@ -51,7 +51,7 @@ def _values(net):
     ("level", "prefix"),
     [
         ("backbone", "backbone.backbone."),
-        ("backbone+neck", "backbone."),
+        pytest.param("backbone+neck", "backbone.", marks=pytest.mark.slow),
     ],
 )
 def test_frozen_part_stays_bit_identical_through_training_steps(level, prefix, pynative):
