@@ -49,14 +49,15 @@ def test_multiscale_trains_several_sizes_and_resume_continues(tmp_path, cache_di
         "train.tensorboard=false",
         "eval.img_size=[160,160]",
     ]
-    out = run_entry("train.py", run, cache_dir, *common, "train.stop_at_epoch=1")
+    # Each size compiles its own graph (1-3 min on a loaded 2-core CPU).
+    out = run_entry("train.py", run, cache_dir, *common, "train.stop_at_epoch=1", timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = Path(os.path.join(run, "train.log")).read_text()
     assert steps_per_size(log) == expected(0, 6)  # 24 images / batch 4: 6 steps an epoch
     assert len(re.findall(r"training graph for \d+x\d+ compiled", log)) == len(expected(0, 6))
     assert "mAP" in log  # evaluated (at eval.img_size: its own network, not resized)
 
-    out = run_entry("train.py", run, cache_dir, *common, "train.resume=auto")
+    out = run_entry("train.py", run, cache_dir, *common, "train.resume=auto", timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = Path(os.path.join(run, "train.log")).read_text()
     assert "resumed from" in log
