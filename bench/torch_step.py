@@ -2,11 +2,15 @@
 
     python -m bench.torch_step [--model yolox_nano] [--batch 8] [--img 320] [--steps 20]
     python -m bench.torch_step --infer [--img 416]
+    python -m bench.torch_step --multiscale 5 [--steps 2]
 
 The step is what YOLOX's trainer does per iteration: forward with targets (SimOTA loss),
 backward, SGD (nesterov, YOLOX's parameter groups) and the EMA update; inference is the
 eval-mode forward plus ``yolox.utils.postprocess``. Same synthetic batch as
-``bench.train_step`` (bench.common.synthetic_batch). Last line: ``RESULT {json}``.
+``bench.train_step`` (bench.common.synthetic_batch). ``--multiscale R`` also times ``--steps``
+steps at every size of the multi-scale set, the batch resized by the original's
+``Exp.preprocess``, and reports the mean over sizes (the schedule draws them uniformly).
+Last line: ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-objects", type=int, default=120)
     parser.add_argument("--num-classes", type=int, default=80)
     parser.add_argument("--infer", action="store_true")
+    parser.add_argument("--multiscale", type=int, default=0, help="range R; 0: one size")
     args = parser.parse_args(argv)
     import_yolox()
     import torch
@@ -74,8 +79,40 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if not args.infer:
         result.update(objects=args.objects, max_objects=args.max_objects)
+    if args.multiscale and not args.infer:
+        result["multiscale"] = multiscale_steps(step, x, labels, args)
     print_result(result)
     return result
+
+
+def multiscale_steps(step, x, labels, args) -> dict:
+    """Median step time per size with the original's resize; their mean and its ratio to
+    the base size. ``step`` reads the batch through the closure's ``x``/``labels``."""
+    import time
+
+    from yolox.exp.yolox_base import Exp
+
+    from engine.multiscale import all_sizes
+
+    exp = Exp()
+    exp.input_size = (args.img, args.img)
+    per_size = {}
+    base_x, base_labels = x.clone(), labels.clone()
+    for size in all_sizes((args.img, args.img), args.multiscale):
+        times = []
+        for _ in range(args.steps):
+            started = time.perf_counter()
+            rx, rl = exp.preprocess(base_x.clone(), base_labels.clone(), size)
+            x.set_(rx.contiguous())
+            labels.set_(rl.contiguous())
+            step()
+            times.append(time.perf_counter() - started)
+        per_size[f"{size[0]}x{size[1]}"] = round(sorted(times)[len(times) // 2], 4)
+        print(size, per_size[f"{size[0]}x{size[1]}"], flush=True)
+    x.set_(base_x)
+    labels.set_(base_labels)
+    mean = sum(per_size.values()) / len(per_size)
+    return {"range": args.multiscale, "step_s_per_size": per_size, "mean_step_s": round(mean, 4)}
 
 
 if __name__ == "__main__":

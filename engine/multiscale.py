@@ -162,10 +162,10 @@ class MultiScaleSchedule(Callback):
 
     ``steps_per_sink``: the steps of one MindSpore epoch (one sink, or the whole epoch
     without sinking). ``steps_per_call``: steps one call of the training cell runs (the
-    sink size when MindSpore really sinks, else 1). ``compile_graphs``: compile a new size explicitly (and
-    log its time) before the step runs it; graph mode only. ``compile_all_first``: compile
-    every size, in :func:`all_sizes` order, before the first step (default: when the
-    persistent compile cache is on, see the module note).
+    sink size when MindSpore really sinks, else 1). ``compile_graphs``: compile a new
+    size explicitly (and log its time) before the step runs it; graph mode only.
+    ``compile_all_first``: compile every size, in :func:`all_sizes` order, before the
+    first step (default: when the persistent compile cache is on, see the module note).
     """
 
     def __init__(

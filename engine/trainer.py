@@ -299,9 +299,13 @@ def build_train_step(
 
 def _multiscale(tcfg: Any) -> tuple[int, int]:
     """(train.multiscale_range, train.multiscale_interval); range 0 is off."""
-    return int(tcfg.get("multiscale_range") or 0), int(
-        tcfg.get("multiscale_interval") or DEFAULT_INTERVAL
-    )
+    ms_range = int(tcfg.get("multiscale_range") or 0)
+    interval = int(tcfg.get("multiscale_interval", DEFAULT_INTERVAL))
+    if ms_range < 0:
+        raise ValueError(f"train.multiscale_range must be >= 0 (0 = off), got {ms_range}")
+    if interval < 1:
+        raise ValueError(f"train.multiscale_interval must be >= 1, got {interval}")
+    return ms_range, interval
 
 
 def _sink_plan(

@@ -183,3 +183,21 @@ def test_compile_cache_gets_each_size_its_own_graph(tmp_path):
         for seed in (3, 5)
     ]
     assert first_use[0] != first_use[1]
+
+
+def test_trainer_reads_and_checks_the_keys():
+    from omegaconf import OmegaConf
+
+    from engine.runtime import Runtime
+    from engine.trainer import _multiscale, _sink_plan
+
+    assert _multiscale(OmegaConf.create({"multiscale_range": 5})) == (5, 10)
+    with pytest.raises(ValueError, match="train.multiscale_interval"):
+        _multiscale(OmegaConf.create({"multiscale_range": 2, "multiscale_interval": 0}))
+    with pytest.raises(ValueError, match="train.multiscale_range"):
+        _multiscale(OmegaConf.create({"multiscale_range": -1}))
+    ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
+    assert _sink_plan(ascend, 1848, (5, 10)) == (2, 924)  # sinks stay in one size window
+    assert _sink_plan(ascend, 1848, (0, 10)) == (1848, 1)  # off: one sink per epoch
+    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
+    assert _sink_plan(cpu, 1848, (5, 10)) == (1848, 1)  # no real sinking on CPU
