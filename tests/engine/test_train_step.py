@@ -147,3 +147,34 @@ def test_a_skipped_step_still_advances_the_lr_schedule_and_the_ema():
     np.testing.assert_allclose(seen, lrs)  # lr of step i is lrs[i], skipped step included
     assert float(ema.updates.asnumpy()) == 4.0
     assert int(step.optimizer.global_step.asnumpy()[0]) == 4
+
+
+def test_uint8_hwc_batches_train_exactly_as_float_chw():
+    """The pipeline sends uint8 [B, H, W, 3]; cast and transposed in-graph it must give the
+    step the float32 [B, 3, H, W] batch had before."""
+    from engine.train_step import network_images
+
+    class Pixels(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(ms.Tensor(np.linspace(0.1, 0.3, 3).astype(np.float32)), name="w")
+
+        def construct(self, images, targets, mask):
+            # Channel-weighted: a wrong layout gives another loss and gradient.
+            total = (images * self.w.reshape(1, 3, 1, 1)).mean() ** 2 * 1e-4
+            zero = ops.zeros((), ms.float32)
+            return total, zero, zero, zero, zero, zero
+
+    rng = np.random.default_rng(0)
+    hwc = rng.integers(0, 256, (2, 4, 5, 3), dtype=np.uint8)
+    chw = hwc.transpose(0, 3, 1, 2).astype(np.float32)
+    np.testing.assert_array_equal(network_images(ms.Tensor(hwc)).asnumpy(), chw)
+    one = ms.Tensor(np.ones(1, np.float32))
+    results = []
+    for batch in (hwc, chw):
+        net = Pixels()
+        step = TrainStep(net, build_optimizer(net, 0.1, SGD_CFG))
+        loss = float(step(ms.Tensor(batch), one, one)[0].asnumpy())
+        results.append((loss, net.w.asnumpy().copy()))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
