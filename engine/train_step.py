@@ -7,9 +7,9 @@ graph: no host round-trip per step beyond the loss values returned for logging.
 
 Overflow handling follows MindSpore's own loss-scale cell (``mindspore/nn/wrap/loss_scale.py``):
 where the device reports overflow through its float-status register (the Atlas training
-series), the register is cleared before the backward pass and read after it; the overflow
-flag is then summed over the ranks, so every rank skips the same steps and the weights stay
-identical. A skipped step still advances the learning-rate schedule and the EMA, as every
+series), the register is cleared before the step (forward and backward are one graph here)
+and read and cleared after the backward pass; the overflow flag is then summed over the
+ranks, so every rank skips the same steps and the weights stay identical. A skipped step still advances the learning-rate schedule and the EMA, as every
 iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_stats``).
 """
 
