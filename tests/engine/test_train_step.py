@@ -178,3 +178,48 @@ def test_uint8_hwc_batches_train_exactly_as_float_chw():
         results.append((loss, net.w.asnumpy().copy()))
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+class FloatStatusRegister:
+    """A CPU stand-in for Ascend's float-status register and its clear/get primitives:
+    the forward pass sets it when it meets inf (as the device's overflow flag would)."""
+
+    def __init__(self):
+        self.value = Parameter(ms.Tensor(np.zeros(8, np.int32)), name="register")
+        register = self.value
+
+        class Clear(nn.Cell):
+            def construct(self, status):
+                return ops.assign(register, ops.zeros_like(register))
+
+        class Get(nn.Cell):
+            def construct(self, status):
+                return register * 1
+
+        self.ops = (Clear(), Get())
+
+
+def test_float_status_register_is_cleared_before_the_step_and_read_after():
+    reg = FloatStatusRegister()
+
+    class Flagging(Quadratic):
+        def construct(self, x, targets, mask):
+            # The device flags an overflow anywhere in the step; here: an inf input.
+            flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
+            x = ops.depend(x, ops.assign(reg.value, ops.maximum(reg.value, flag)))
+            return super().construct(ops.select(ops.isinf(x), ops.zeros_like(x), x), targets, mask)
+
+    net = Flagging()
+    step = TrainStep(
+        net,
+        build_optimizer(net, 0.1, SGD_CFG),
+        loss_scale=4.0,
+        dynamic_scale=True,
+        float_status=reg.ops,
+    )
+    # A stale flag from before the step (another graph's overflow) must not skip it.
+    reg.value.set_data(ms.Tensor(np.ones(8, np.int32)))
+    skipped = [bool(call(step, x)[8].asnumpy()) for x in ([0, 0], [np.inf, 0], [1, 1])]
+    assert skipped == [False, True, False]  # the gradients were finite every time
+    assert not reg.value.asnumpy().any()  # read and cleared after the step
+    assert float(step.scale.asnumpy()) == 2.0  # halved once
