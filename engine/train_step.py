@@ -167,6 +167,9 @@ class TrainStep(nn.Cell):
             grads = ops.clip_by_global_norm(grads, self.clip_norm)
         if self.check_overflow:
             finite = self._all_ranks_finite(grads, losses[0], status)
+            # Before the branch: a Parameter first touched after graph control flow no
+            # longer sees the host's set_data (measured with MindSpore 2.10).
+            finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
             if finite:
                 self.optimizer(grads)
             else:
@@ -175,14 +178,13 @@ class TrainStep(nn.Cell):
                 ops.assign_add(step, ops.ones_like(step))
         else:
             finite = ms.Tensor(True)
+            finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
             self.optimizer(grads)
         if self.use_ema:
             self.ema()
         if self.dynamic_scale:
             self._adjust_scale(finite)
-        skipped = ops.logical_not(finite)
-        skipped = ops.depend(skipped, self.stats(losses, skipped))
-        return losses + (lr, scale, skipped)
+        return losses + (lr, scale, ops.logical_not(finite))
 
     def _all_ranks_finite(self, grads, loss, status):
         """True when no rank saw an overflow: the local flag, summed over the ranks."""

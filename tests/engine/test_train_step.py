@@ -101,6 +101,7 @@ def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     means over every step, and images/s must count every step."""
     from engine import callbacks as cbs
     from engine.callbacks import EpochSummary, StepStats, TrainState
+    from engine.step_stats import read_and_reset
     from tests.engine.test_callbacks import RunContext
 
     net = Terms()
@@ -127,7 +128,11 @@ def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     assert epoch["num_fg"] == pytest.approx(np.mean([r[5] for r in good]))
     assert st.steps == 5 and st.overflow_steps == 1
     assert epoch["images_per_s"] == pytest.approx(5 * 16 / 2.0)
-    assert not step.stats.stats.asnumpy().any()  # read and reset
+    # Read: nothing new until the next step, which starts the sums anew.
+    assert read_and_reset(step.stats)["steps"] == 0
+    total = float(call(step, [1.0, 1.0])[0].asnumpy())
+    again = read_and_reset(step.stats)
+    assert again["steps"] == 1 and again["sums"]["total"] == pytest.approx(total)
 
 
 def call_outputs(rows):
@@ -223,3 +228,35 @@ def test_float_status_register_is_cleared_before_the_step_and_read_after():
     assert skipped == [False, True, False]  # the gradients were finite every time
     assert not reg.value.asnumpy().any()  # read and cleared after the step
     assert float(step.scale.asnumpy()) == 2.0  # halved once
+
+
+def test_model_train_epochs_report_the_per_step_means():
+    """Through mindspore.train.Model (host feeding on CPU: one callback call per step, so
+    the statistics are read and restarted every step), over two epochs."""
+    import mindspore.dataset as ds
+    from mindspore.train import Callback, Model
+
+    from engine.callbacks import EpochSummary, StepStats, TrainState
+
+    net = Terms()
+    step = TrainStep(net, build_optimizer(net, 0.01, SGD_CFG), skip_nonfinite=True)
+    x = np.array([[0, 0], [1, 3], [2, -1]], np.float32)  # 3 steps per epoch
+    ones = np.ones((3, 1), np.float32)
+    data = ds.NumpySlicesDataset({"x": x, "t": ones, "m": ones}, shuffle=False).batch(1)
+    st = TrainState(epochs=2, steps_per_epoch=3, total_batch=1)
+    seen = []
+
+    class Record(Callback):
+        def on_train_step_end(self, run_context):
+            seen.append([float(v.asnumpy()) for v in run_context.original_args().net_outputs])
+
+    stats = StepStats(st, step.stats, net, check_finite=True, dynamic_scale=False)
+    Model(step).train(
+        2, data, callbacks=[stats, EpochSummary(st), Record()], dataset_sink_mode=False
+    )
+    assert len(seen) == 6 and not any(r[8] for r in seen)
+    for epoch, row in enumerate(st.history):
+        rows = seen[3 * epoch : 3 * epoch + 3]
+        assert row["loss_total"] == pytest.approx(np.mean([r[0] for r in rows]), rel=1e-6)
+        assert row["num_fg"] == pytest.approx(np.mean([r[5] for r in rows]), rel=1e-6)
+    assert st.steps == 3
