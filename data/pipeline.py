@@ -6,7 +6,8 @@ them and seeds ``numpy.random.default_rng([seed, epoch, i])``, the only randomne
 uses. So a sample does not depend on the number of workers, threads vs processes, the
 order in which workers run, or whether training was resumed.
 
-Images are float32 CHW, BGR, 0-255 (``data.layout: bgr255``), as YOLOX; targets are
+Images are BGR, 0-255 (``data.layout: bgr255``), as YOLOX: uint8 HWC for training (the
+training step casts and transposes them in-graph), float32 CHW for evaluation; targets are
 ``(class_index, cx, cy, w, h)`` in input pixels, zero-padded to ``data.max_objects`` rows,
 with a mask marking the real ones: static shapes, numeric columns only (data sinking).
 """
@@ -191,10 +192,9 @@ class TrainSamples:
     def __getitem__(self, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         epoch, i = divmod(int(key), len(self.source))
         img, boxes, labels = self.sample(epoch, i)
-        return (
-            np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32),
-            *self.pad_targets(boxes, labels),
-        )
+        # uint8 HWC as decoded: a quarter of float32's bytes through the pipeline and to the
+        # device; the training step casts and transposes in-graph (engine.train_step).
+        return (np.ascontiguousarray(img, dtype=np.uint8), *self.pad_targets(boxes, labels))
 
     def sample(self, epoch: int, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample ``i`` of ``epoch`` before padding: uint8 BGR [H, W, 3] at ``img_size``,
@@ -350,7 +350,7 @@ def build_train_dataset(
 ) -> ds.Dataset:
     """The training dataset: batches of ``("images", "targets", "mask")``.
 
-    images float32 [B, 3, H, W] (BGR 0-255), targets float32 [B, max_objects, 5]
+    images uint8 [B, H, W, 3] (BGR 0-255), targets float32 [B, max_objects, 5]
     (class, cx, cy, w, h in input pixels, zero rows for padding), mask float32
     [B, max_objects]. One epoch is ``len(source) // world_size // batch_size`` steps
     (incomplete batches are dropped). The returned dataset has an ``epoch_sampler``

@@ -225,8 +225,8 @@ class EvalCallback(EpochCallback):
     """Evaluates (EMA weights when kept) every ``interval`` epochs, every epoch of the
     no-augmentation epochs (as YOLOX) and after the last one.
 
-    ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``); this decides when
-    and tracks the best mAP.
+    ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``; None on ranks
+    other than 0, which evaluate their shard only); this decides when and tracks the best.
     """
 
     def __init__(self, state: TrainState, evaluate, interval: int, no_aug_epochs: int = 0):
@@ -245,6 +245,8 @@ class EvalCallback(EpochCallback):
         if self.state.failure or not self.due(epoch):
             return
         metrics = self.evaluate(epoch)
+        if metrics is None:  # a rank other than 0: it evaluated its shard, rank 0 scores
+            return
         st = self.state
         st.metrics, st.evaluated = metrics, True
         st.is_best = metrics["mAP"] > st.best_map

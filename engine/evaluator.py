@@ -304,14 +304,39 @@ def format_ap_table(
     return "\n".join(rows)
 
 
+class RankGather:
+    """Concatenates equally shaped numpy arrays from every rank (``ops.AllGather`` in a
+    graph), rank 0's rows first. Every rank must call it with the same shapes."""
+
+    def __init__(self):
+        import mindspore as ms
+        from mindspore import nn, ops
+
+        class _Gather(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.gather = ops.AllGather()
+
+            def construct(self, *arrays):
+                return tuple(self.gather(a) for a in arrays)
+
+        self._ms = ms
+        self._cell = _Gather()
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        outs = self._cell(*(self._ms.Tensor(np.ascontiguousarray(a)) for a in arrays))
+        return [o.asnumpy() for o in outs]
+
+
 def evaluate_on_dataset(
     detector: Any,
     nms: Any,
     dataset: Any,
     source: Any,
-    out_dir: str,
+    out_dir: str | None,
     keep_images: int = 0,
-) -> tuple[dict[str, Any], list[tuple[int, np.ndarray, int, float]]]:
+    gather: RankGather | None = None,
+) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
     """Run ``detector`` (decoded predictions) and ``nms`` over an eval dataset and score it.
 
     ``dataset`` yields ``(images, index, scale)`` batches (``data.pipeline.build_eval_dataset``);
@@ -319,12 +344,17 @@ def evaluate_on_dataset(
     speed line (graph compilation must not count). Returns the metrics (see
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
     ``(source index, dets, count, scale)`` for drawing.
+
+    Several ranks: each evaluates its shard of the val set (``build_eval_dataset(...,
+    rank, world_size)``), ``gather`` brings every rank's detections together, and the rank
+    given an ``out_dir`` scores them; the others return ``None`` metrics. Detections are
+    scored in source order, so the result equals one process evaluating the whole set.
     """
     import mindspore as ms  # the evaluator's numpy parts stay importable without it
 
-    evaluator = CocoEvaluator(source.coco, source.category_ids, source.class_names, out_dir)
     speed = SpeedMeter()
     kept: list[tuple[int, np.ndarray, int, float]] = []
+    rows: dict[str, list[np.ndarray]] = {"index": [], "dets": [], "counts": [], "scale": []}
     iterator = dataset.create_tuple_iterator(num_epochs=1, output_numpy=True)
     first = True
     while True:
@@ -343,15 +373,27 @@ def evaluate_on_dataset(
             speed.reset()
             first = False
         speed.add_images(int(real.sum()))
-        infos = [source.image_info(int(i)) for i in index[real]]
-        evaluator.update(
-            dets[real],
-            counts[real],
-            [info["id"] for info in infos],
-            scale[real],
-            np.array([[info["height"], info["width"]] for info in infos]),
-        )
+        for key, value in zip(rows, (index, dets, counts, scale)):
+            rows[key].append(value)
         for i, d, c, s in zip(index[real], dets[real], counts[real], scale[real]):
             if len(kept) < keep_images:
                 kept.append((int(i), d, int(c), float(s)))
+    index, dets, counts, scale = (np.concatenate(v) for v in rows.values())
+    if gather is not None:
+        index, dets, counts, scale = gather(
+            index.astype(np.int32), dets.astype(np.float32), counts.astype(np.int32), scale
+        )
+    if out_dir is None:
+        return None, kept
+    order = np.argsort(np.where(index >= 0, index, np.iinfo(np.int32).max), kind="stable")
+    order = order[index[order] >= 0]
+    infos = [source.image_info(int(i)) for i in index[order]]
+    evaluator = CocoEvaluator(source.coco, source.category_ids, source.class_names, out_dir)
+    evaluator.update(
+        dets[order],
+        counts[order],
+        [info["id"] for info in infos],
+        scale[order],
+        np.array([[info["height"], info["width"]] for info in infos]).reshape(-1, 2),
+    )
     return evaluator.evaluate(speed), kept

@@ -4,8 +4,14 @@ With data sinking MindSpore runs ``sink_size`` steps on the device and calls the
 callbacks once, with the last step's outputs only (``mindspore/train/model.py``). Anything
 a callback needs about *every* step (loss sums, steps run, steps skipped, the longest run
 of skipped steps) is therefore summed here, in one Parameter vector the training step
-updates each step; the host reads it and zeroes it with :func:`read_and_reset` at each
-callback call. Without sinking that is every step, so both modes take the same path.
+updates each step; the host reads it with :func:`read_and_reset` at each callback call.
+Without sinking that is every step, so both modes take the same path.
+
+The host never writes the statistics themselves: under ``Model.train`` a ``set_data`` on a
+Parameter that the graph also assigns was measured to detach the two (later reads saw only
+zeros). The host instead bumps ``generation``, a Parameter only it writes (as the trainer
+does with the loss's ``use_l1``), and the graph starts from zero at its first step of a new
+generation.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ SIZE = 15
 
 STATS_NAME = "step_stats"
 SKIP_RUN_NAME = "step_stats_skip_run"
+GENERATION_NAME = "step_stats_generation"  # written by the host only
+SEEN_NAME = "step_stats_seen"  # the generation the statistics belong to (graph only)
 # Not training state: never saved in checkpoints nor expected when resuming.
-NOT_SAVED = (STATS_NAME, SKIP_RUN_NAME)
+NOT_SAVED = (STATS_NAME, SKIP_RUN_NAME, GENERATION_NAME, SEEN_NAME)
 
 
 class StepStatistics(nn.Cell):
@@ -46,9 +54,16 @@ class StepStatistics(nn.Cell):
         self.skip_run = Parameter(
             ms.Tensor(0.0, ms.float32), name=SKIP_RUN_NAME, requires_grad=False
         )
+        self.generation = Parameter(
+            ms.Tensor(0.0, ms.float32), name=GENERATION_NAME, requires_grad=False
+        )
+        self.seen = Parameter(ms.Tensor(0.0, ms.float32), name=SEEN_NAME, requires_grad=False)
 
     def construct(self, losses, skipped):
-        s = self.stats
+        # The first step after a read starts from zero.
+        fresh = ops.broadcast_to(self.generation != self.seen, self.stats.shape)
+        s = ops.select(fresh, ops.zeros_like(self.stats), self.stats)
+        ops.assign(self.seen, self.generation)
         values = ops.stack([v.astype(ms.float32).reshape(()) for v in losses[:6]])
         skip = skipped.astype(ms.float32)
         # select, not multiply: 0 * inf would put NaN into the sums.
@@ -71,15 +86,19 @@ class StepStatistics(nn.Cell):
 
 
 def read_and_reset(stats: StepStatistics) -> dict:
-    """The statistics since the last read, as plain numbers; zeroes the vector.
+    """The statistics since the last read, as plain numbers; the next step starts anew.
 
     Keys: ``sums`` {term: sum over the steps that updated}, ``steps`` run, ``skipped``,
     ``max_skip_run`` (longest run of skipped steps ending in this window, earlier windows
     included), ``first_skip`` (1-based index of the first skipped step in the window, 0
     when none) and ``first_skip_losses`` {term: value}.
     """
-    v = stats.stats.asnumpy().astype(np.float64)
-    stats.stats.set_data(ms.Tensor(np.zeros(SIZE, np.float32)))
+    generation = float(stats.generation.asnumpy())
+    if float(stats.seen.asnumpy()) != generation:
+        v = np.zeros(SIZE)  # no step since the last read
+    else:
+        v = stats.stats.asnumpy().astype(np.float64)
+    stats.generation.set_data(ms.Tensor(generation + 1.0, ms.float32))
     return {
         "sums": dict(zip(SUMS, v[:6].tolist())),
         "steps": int(round(v[STEPS])),

@@ -7,9 +7,9 @@ graph: no host round-trip per step beyond the loss values returned for logging.
 
 Overflow handling follows MindSpore's own loss-scale cell (``mindspore/nn/wrap/loss_scale.py``):
 where the device reports overflow through its float-status register (the Atlas training
-series), the register is cleared before the backward pass and read after it; the overflow
-flag is then summed over the ranks, so every rank skips the same steps and the weights stay
-identical. A skipped step still advances the learning-rate schedule and the EMA, as every
+series), the register is cleared before the step (forward and backward are one graph here)
+and read and cleared after the backward pass; the overflow flag is then summed over the
+ranks, so every rank skips the same steps and the weights stay identical. A skipped step still advances the learning-rate schedule and the EMA, as every
 iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_stats``).
 """
 
@@ -79,6 +79,15 @@ class ModelEMA(nn.Cell):
         return self.decay * (1.0 - math.exp(-(float(self.updates.asnumpy()) + 1) / EMA_RAMP))
 
 
+def network_images(images: ms.Tensor) -> ms.Tensor:
+    """The training pipeline's uint8 [B, H, W, 3] batch as the network's float32
+    [B, 3, H, W], in-graph (4x less host-to-device traffic than float32); a float batch
+    (benchmarks, tests) is taken as already laid out."""
+    if images.dtype == ms.uint8:
+        return ops.transpose(images, (0, 3, 1, 2)).astype(ms.float32)
+    return images
+
+
 class TrainStep(nn.Cell):
     """forward/backward/update; returns (total, iou, obj, cls, l1, num_fg, lr, scale, skipped).
 
@@ -142,6 +151,7 @@ class TrainStep(nn.Cell):
         return out[0] * self.scale, out
 
     def construct(self, images, targets, mask):
+        images = network_images(images)
         status = ops.zeros((8,), ms.int32)
         if self.use_status:
             # The register holds whatever overflowed before: clear it before this forward pass.
@@ -157,6 +167,9 @@ class TrainStep(nn.Cell):
             grads = ops.clip_by_global_norm(grads, self.clip_norm)
         if self.check_overflow:
             finite = self._all_ranks_finite(grads, losses[0], status)
+            # Before the branch: a Parameter first touched after graph control flow no
+            # longer sees the host's set_data (measured with MindSpore 2.10).
+            finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
             if finite:
                 self.optimizer(grads)
             else:
@@ -165,14 +178,13 @@ class TrainStep(nn.Cell):
                 ops.assign_add(step, ops.ones_like(step))
         else:
             finite = ms.Tensor(True)
+            finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
             self.optimizer(grads)
         if self.use_ema:
             self.ema()
         if self.dynamic_scale:
             self._adjust_scale(finite)
-        skipped = ops.logical_not(finite)
-        skipped = ops.depend(skipped, self.stats(losses, skipped))
-        return losses + (lr, scale, skipped)
+        return losses + (lr, scale, ops.logical_not(finite))
 
     def _all_ranks_finite(self, grads, loss, status):
         """True when no rank saw an overflow: the local flag, summed over the ranks."""

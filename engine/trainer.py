@@ -21,7 +21,12 @@ from mindspore import nn
 from mindspore.train import LossMonitor, Model, TimeMonitor
 
 from data.build import build_sources
-from data.pipeline import build_eval_dataset, build_train_dataset, check_data_config
+from data.pipeline import (
+    build_eval_dataset,
+    build_train_dataset,
+    check_data_config,
+    eval_positions,
+)
 from data.visualize import draw_boxes
 from engine.callbacks import (
     CheckpointCallback,
@@ -46,7 +51,7 @@ from engine.checkpoint import (
     find_resume_checkpoint,
     restore_training_state,
 )
-from engine.evaluator import evaluate_on_dataset
+from engine.evaluator import RankGather, evaluate_on_dataset
 from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.runtime import (
@@ -172,9 +177,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         best_map=best_map,
     )
     state.history = [r for r in _read_history(rt.run_dir) if r["epoch"] <= start_epoch]
-    evaluator = (
-        _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema) if rt.is_main else None
-    )
+    # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
+    evaluator = _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
     callbacks = _build_callbacks(
         cfg,
         rt,
@@ -226,7 +230,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         raise
     if state.failure:
         raise TrainingFailedError(state.failure)
-    return evaluator.final(state) if evaluator is not None else {}
+    return evaluator.final(state)
 
 
 def apply_amp(net: nn.Cell, rt: Runtime) -> None:
@@ -375,6 +379,10 @@ def _build_callbacks(
         ),
         UnreadableImagesReport(state, train_src.unreadable),
     ]
+    # On every rank: evaluation is a collective (each rank runs its shard).
+    cbs.append(
+        EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs))
+    )
     if rt.is_main:
         meta = {
             META_MODEL: str(cfg.model.name),
@@ -382,9 +390,6 @@ def _build_callbacks(
             META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
         }
         cbs += [
-            EvalCallback(
-                state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs)
-            ),
             EpochSummary(state),
             CheckpointCallback(
                 state,
@@ -429,7 +434,9 @@ class _Evaluation:
     """COCO evaluation on the val split with a separate inference copy of the network.
 
     The training network stays in training mode; before each evaluation its EMA weights
-    (or raw weights without EMA) are copied into the inference copy.
+    (or raw weights without EMA) are copied into the inference copy. With several ranks
+    every rank evaluates its shard and rank 0 scores the gathered detections, so no rank
+    waits in the next step's AllReduce while rank 0 evaluates alone (HCCL_EXEC_TIMEOUT).
     """
 
     def __init__(
@@ -437,13 +444,24 @@ class _Evaluation:
     ):
         self.source = source
         self.run_dir = rt.run_dir
+        self.is_main = rt.is_main
+        self.distributed = rt.distributed
         self.num_vis = int(cfg.train.vis_images)
         self.eval_net = build_model(cfg.model, num_classes)
         self.detector = InferenceNet(self.eval_net)
         self.nms = build_nms(cfg.eval, num_classes)
         self.dataset = build_eval_dataset(
-            cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size)
+            cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )
+        self.gather = RankGather() if rt.distributed else None
+        if rt.distributed:
+            own = eval_positions(len(source), int(cfg.eval.batch_size), rt.rank, rt.world_size)
+            log.info(
+                "evaluation: rank %d evaluates %d of %d val images; rank 0 scores them all",
+                rt.rank,
+                int((own >= 0).sum()),
+                len(source),
+            )
         self.sources = {p.name: p for p in net.get_parameters()}
         if ema is not None:
             self.sources = {p.name[len("ema.") :]: p for p in ema.averages}
@@ -454,14 +472,21 @@ class _Evaluation:
         for param in self.eval_net.get_parameters():
             param.set_data(weights[param.name].value().astype(param.dtype))
 
-    def _run(self, out_dir: str) -> dict[str, Any]:
+    def _run(self, out_dir: str) -> dict[str, Any] | None:
+        """Metrics on rank 0; None on the other ranks (they only contribute detections)."""
         metrics, self.kept = evaluate_on_dataset(
-            self.detector, self.nms, self.dataset, self.source, out_dir, keep_images=self.num_vis
+            self.detector,
+            self.nms,
+            self.dataset,
+            self.source,
+            out_dir if self.is_main else None,
+            keep_images=self.num_vis,
+            gather=self.gather,
         )
         return metrics
 
-    def evaluate(self, epoch: int) -> dict[str, Any]:
-        """Evaluate the current (EMA) weights; outputs in <run dir>/eval/."""
+    def evaluate(self, epoch: int) -> dict[str, Any] | None:
+        """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
         self._load(self.sources)
         metrics = self._run(os.path.join(self.run_dir, "eval"))
         self.last_epoch_metrics = (epoch, metrics)
@@ -469,15 +494,19 @@ class _Evaluation:
 
     def final(self, state: TrainState) -> dict[str, Any]:
         """Evaluate best.ckpt (EMA weights) into <run dir>/metrics.json, reusing the last
-        evaluation when it was the best one."""
+        evaluation when it was the best one. Returns {} on ranks other than 0."""
         best = os.path.join(self.run_dir, "checkpoints", BEST)
+        if self.distributed:
+            # Rank 0 wrote best.ckpt; every rank reads it once rank 0 is here too. Whether
+            # the last evaluation was the best is known on rank 0 only: evaluate again.
+            self.gather(np.zeros(1, np.float32))
         if not os.path.isfile(best):
             log.warning(
                 "no best.ckpt (no evaluation improved mAP): final metrics of the last weights"
             )
             self._load(self.sources)
-            return self._run(self.run_dir)
-        if self.last_epoch_metrics and state.is_best:
+            return self._run(self.run_dir) or {}
+        if self.last_epoch_metrics and state.is_best and not self.distributed:
             src = os.path.join(self.run_dir, "eval")
             for name in ("metrics.json", "detections.json"):
                 shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
@@ -485,6 +514,8 @@ class _Evaluation:
         else:
             self._load({k: v for k, v in network_weights(read_checkpoint(best)).items()})
             metrics = self._run(self.run_dir)
+        if metrics is None:
+            return {}
         log.info(
             "final (best.ckpt): mAP %.4f  mAP50 %.4f  -> %s",
             metrics["mAP"],

@@ -11,6 +11,9 @@
 #   NODE_RANK    this node, 0..NUM_NODES-1; global rank = NODE_RANK * NUM_CARDS + card
 #   RANK_TABLE_FILE  an HCCL rank table: launch one process per card without msrun
 #   CLUSTER_TIMEOUT  seconds msrun waits for all workers to join (default 600)
+#   HCCL_EXEC_TIMEOUT  seconds an HCCL collective waits for the other ranks before the job
+#                    fails (Ascend; default here 7200, HCCL's own 1836): ranks wait for
+#                    rank 0 while it scores the gathered evaluation and saves checkpoints
 #   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
 #
 # Everything lands in the run folder (hydra.run.dir=..., else outputs/<date>/<time>):
@@ -42,6 +45,7 @@ MASTER_PORT=${MASTER_PORT:-8118}
 NUM_NODES=${NUM_NODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-600}
+HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-7200}
 TRAIN_ENTRY=${TRAIN_ENTRY:-${REPO_ROOT}/train.py}
 STOP_GRACE_S=10 # how long stopped processes get before SIGKILL
 POLL_S=1
@@ -53,6 +57,8 @@ msdet_require_int NUM_NODES "${NUM_NODES}" 1
 msdet_require_int NODE_RANK "${NODE_RANK}" 0 $((NUM_NODES - 1))
 msdet_require_int MASTER_PORT "${MASTER_PORT}" 1024 65535
 msdet_require_int CLUSTER_TIMEOUT "${CLUSTER_TIMEOUT}" 1
+msdet_require_int HCCL_EXEC_TIMEOUT "${HCCL_EXEC_TIMEOUT}" 1
+export HCCL_EXEC_TIMEOUT # read by HCCL in every rank (ignored on CPU and GPU)
 [ -f "${TRAIN_ENTRY}" ] || msdet_die "TRAIN_ENTRY=${TRAIN_ENTRY} is not a file"
 msdet_forbid_override runtime.distributed "this script sets runtime.distributed=true" "${OVERRIDES[@]}"
 

@@ -75,6 +75,7 @@ def test_scripts_exist_and_are_executable():
         (("2",), {"NUM_NODES": "2"}, "pass the same hydra.run.dir=<shared folder> on every node"),
         (("2",), {"RANK_TABLE_FILE": "/no/such/rank_table.json"}, "RANK_TABLE_FILE=/no/such"),
         (("2",), {"TRAIN_ENTRY": "/no/such/train.py"}, "TRAIN_ENTRY=/no/such/train.py"),
+        (("2",), {"HCCL_EXEC_TIMEOUT": "1h"}, "HCCL_EXEC_TIMEOUT must be an integer, got '1h'"),
     ],
 )
 def test_distributed_launcher_rejects_bad_input(tmp_path, args, env, message):

@@ -99,7 +99,8 @@ def test_train_batches_have_static_shapes_and_valid_targets(shapes_root, train_s
     (batches,) = epochs_of(dataset, 1)
     assert len(batches) == NUM_TRAIN // 4
     for images, targets, mask in batches:
-        assert images.shape == (4, 3, *SIZE) and images.dtype == np.float32
+        # uint8 HWC: the training step casts and lays them out in-graph.
+        assert images.shape == (4, *SIZE, 3) and images.dtype == np.uint8
         assert targets.shape == (4, 24, 5) and targets.dtype == np.float32
         assert mask.shape == (4, 24) and mask.dtype == np.float32
         assert images.min() >= 0 and images.max() <= 255
@@ -178,7 +179,7 @@ def test_each_rank_reads_its_own_slice_through_the_dataset(shapes_root, train_so
     assert len(images) == len(expected) == NUM_TRAIN // 2
     for image, target, i in zip(images, targets, expected):
         img, boxes, labels = letterboxed(train_source, int(i))
-        np.testing.assert_array_equal(image, chw(img))
+        np.testing.assert_array_equal(image, img)
         np.testing.assert_array_equal(target[: len(labels), 0], labels)
 
 

@@ -6,7 +6,8 @@ data-parallel gradient reducer, once with the fp32 non-finite skip and once with
 loss scaling, on batches where only rank 1 goes wrong: at step 2 its gradient is
 non-finite, at step 4 its loss is non-finite while its gradient is finite (the case only
 the all-reduced flag catches). Each rank writes which steps it skipped and its final
-weights to ``<run dir>/overflow_rank<R>.npz``; the test checks that the ranks agree.
+weights to ``<run dir>/overflow_rank<R>.npz`` (with the HCCL_EXEC_TIMEOUT the launcher
+passed down); the test checks that the ranks agree.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main(cfg: DictConfig) -> None:
         weights, skipped = train(mode, rt.rank, rt.world_size)
         results[f"{mode}_weights"] = weights
         results[f"{mode}_skipped"] = np.asarray(skipped)
+    results["hccl_exec_timeout"] = os.environ.get("HCCL_EXEC_TIMEOUT", "")  # set by the launcher
     np.savez(os.path.join(rt.run_dir, RESULT_FILE.format(rank=rt.rank)), **results)
 
 

@@ -10,6 +10,7 @@ The end-to-end tests are marked slow; the runtime tests at the end are fast.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import signal
@@ -25,7 +26,7 @@ import pytest
 
 from tests.e2e import dp_overflow, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
-from tests.e2e.tiny_run import ROOT
+from tests.e2e.tiny_run import ROOT, run_entry
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
@@ -37,9 +38,11 @@ OVERFLOW_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_overflow.py")
 TINY_DP = [
     "runtime=cpu",
     "data.num_train=16",
-    "data.num_val=4",
+    "data.num_val=5",  # odd: one rank's evaluation shard is padded
     "data.img_size=[64,64]",
     "eval.img_size=[64,64]",
+    "eval.batch_size=2",
+    "eval.conf_thresh=0",  # a barely trained model: keep every candidate, so there is output
     "model.depthwise=false",
     "train.warmup_epochs=0",
     "train.no_aug_epochs=0",
@@ -181,6 +184,29 @@ def test_two_ranks_end_with_identical_weights_and_one_set_of_artefacts(two_ranks
 
 
 @pytest.mark.slow
+def test_two_ranks_metrics_equal_eval_py_on_the_best_checkpoint(two_ranks, cache_dir, tmp_path):
+    """Each rank evaluated its shard and rank 0 scored the gathered detections: the final
+    metrics.json must equal one process's eval.py on best.ckpt, to the last digit."""
+    run_dir, out = two_ranks
+    worker1 = Path(run_dir, "logs", "worker_1.log").read_text()
+    assert "evaluation: rank 1 evaluates 2 of 5 val images" in worker1
+    best = os.path.join(run_dir, "checkpoints", "best.ckpt")
+    single = run_entry(
+        "eval.py", tmp_path / "eval", cache_dir, *TINY_DP, f"ckpt={best}", tiny=False
+    )
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    ours = json.loads(Path(run_dir, "metrics.json").read_text())
+    ref = json.loads(Path(tmp_path, "eval", "metrics.json").read_text())
+    ours.pop("speed_ms", None)
+    ref.pop("speed_ms", None)
+    assert ours["images"] == ref["images"] == 5
+    assert ours == ref
+    dets = json.loads(Path(run_dir, "detections.json").read_text())
+    assert dets == json.loads(Path(tmp_path, "eval", "detections.json").read_text())
+    assert len(dets) > 0
+
+
+@pytest.mark.slow
 def test_two_ranks_lower_the_loss_and_record_the_launch(two_ranks):
     run_dir, out = two_ranks
     rows = results(run_dir)
@@ -233,7 +259,8 @@ def test_a_step_that_goes_wrong_on_one_rank_is_skipped_on_every_rank(tmp_path):
     """Rank 1 alone gets a non-finite gradient (step 2) and a non-finite loss with a finite
     gradient (step 4): the skip decision is all-reduced, so both ranks skip the same steps
     and end with identical, finite weights."""
-    out, seconds = launch(2, tmp_path, "runtime=cpu", env=launcher_env(TRAIN_ENTRY=OVERFLOW_ENTRY))
+    env = launcher_env(TRAIN_ENTRY=OVERFLOW_ENTRY, HCCL_EXEC_TIMEOUT="1234")
+    out, seconds = launch(2, tmp_path, "runtime=cpu", env=env)
     print(f"2-rank overflow run: {seconds:.0f} s")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ranks = [np.load(tmp_path / dp_overflow.RESULT_FILE.format(rank=r)) for r in range(2)]
@@ -250,6 +277,7 @@ def test_a_step_that_goes_wrong_on_one_rank_is_skipped_on_every_rank(tmp_path):
         assert np.isfinite(w0).all(), mode
         np.testing.assert_array_equal(w0, w1, err_msg=mode)
         assert not np.allclose(w0, [1.0, -2.0]), mode  # the good steps did train
+    assert [str(r["hccl_exec_timeout"]) for r in ranks] == ["1234", "1234"]  # reached every rank
 
 
 @pytest.mark.slow

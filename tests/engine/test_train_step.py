@@ -101,6 +101,7 @@ def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     means over every step, and images/s must count every step."""
     from engine import callbacks as cbs
     from engine.callbacks import EpochSummary, StepStats, TrainState
+    from engine.step_stats import read_and_reset
     from tests.engine.test_callbacks import RunContext
 
     net = Terms()
@@ -127,7 +128,11 @@ def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     assert epoch["num_fg"] == pytest.approx(np.mean([r[5] for r in good]))
     assert st.steps == 5 and st.overflow_steps == 1
     assert epoch["images_per_s"] == pytest.approx(5 * 16 / 2.0)
-    assert not step.stats.stats.asnumpy().any()  # read and reset
+    # Read: nothing new until the next step, which starts the sums anew.
+    assert read_and_reset(step.stats)["steps"] == 0
+    total = float(call(step, [1.0, 1.0])[0].asnumpy())
+    again = read_and_reset(step.stats)
+    assert again["steps"] == 1 and again["sums"]["total"] == pytest.approx(total)
 
 
 def call_outputs(rows):
@@ -147,3 +152,111 @@ def test_a_skipped_step_still_advances_the_lr_schedule_and_the_ema():
     np.testing.assert_allclose(seen, lrs)  # lr of step i is lrs[i], skipped step included
     assert float(ema.updates.asnumpy()) == 4.0
     assert int(step.optimizer.global_step.asnumpy()[0]) == 4
+
+
+def test_uint8_hwc_batches_train_exactly_as_float_chw():
+    """The pipeline sends uint8 [B, H, W, 3]; cast and transposed in-graph it must give the
+    step the float32 [B, 3, H, W] batch had before."""
+    from engine.train_step import network_images
+
+    class Pixels(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(ms.Tensor(np.linspace(0.1, 0.3, 3).astype(np.float32)), name="w")
+
+        def construct(self, images, targets, mask):
+            # Channel-weighted: a wrong layout gives another loss and gradient.
+            total = (images * self.w.reshape(1, 3, 1, 1)).mean() ** 2 * 1e-4
+            zero = ops.zeros((), ms.float32)
+            return total, zero, zero, zero, zero, zero
+
+    rng = np.random.default_rng(0)
+    hwc = rng.integers(0, 256, (2, 4, 5, 3), dtype=np.uint8)
+    chw = hwc.transpose(0, 3, 1, 2).astype(np.float32)
+    np.testing.assert_array_equal(network_images(ms.Tensor(hwc)).asnumpy(), chw)
+    one = ms.Tensor(np.ones(1, np.float32))
+    results = []
+    for batch in (hwc, chw):
+        net = Pixels()
+        step = TrainStep(net, build_optimizer(net, 0.1, SGD_CFG))
+        loss = float(step(ms.Tensor(batch), one, one)[0].asnumpy())
+        results.append((loss, net.w.asnumpy().copy()))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+class FloatStatusRegister:
+    """A CPU stand-in for Ascend's float-status register and its clear/get primitives:
+    the forward pass sets it when it meets inf (as the device's overflow flag would)."""
+
+    def __init__(self):
+        self.value = Parameter(ms.Tensor(np.zeros(8, np.int32)), name="register")
+        register = self.value
+
+        class Clear(nn.Cell):
+            def construct(self, status):
+                return ops.assign(register, ops.zeros_like(register))
+
+        class Get(nn.Cell):
+            def construct(self, status):
+                return register * 1
+
+        self.ops = (Clear(), Get())
+
+
+def test_float_status_register_is_cleared_before_the_step_and_read_after():
+    reg = FloatStatusRegister()
+
+    class Flagging(Quadratic):
+        def construct(self, x, targets, mask):
+            # The device flags an overflow anywhere in the step; here: an inf input.
+            flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
+            x = ops.depend(x, ops.assign(reg.value, ops.maximum(reg.value, flag)))
+            return super().construct(ops.select(ops.isinf(x), ops.zeros_like(x), x), targets, mask)
+
+    net = Flagging()
+    step = TrainStep(
+        net,
+        build_optimizer(net, 0.1, SGD_CFG),
+        loss_scale=4.0,
+        dynamic_scale=True,
+        float_status=reg.ops,
+    )
+    # A stale flag from before the step (another graph's overflow) must not skip it.
+    reg.value.set_data(ms.Tensor(np.ones(8, np.int32)))
+    skipped = [bool(call(step, x)[8].asnumpy()) for x in ([0, 0], [np.inf, 0], [1, 1])]
+    assert skipped == [False, True, False]  # the gradients were finite every time
+    assert not reg.value.asnumpy().any()  # read and cleared after the step
+    assert float(step.scale.asnumpy()) == 2.0  # halved once
+
+
+def test_model_train_epochs_report_the_per_step_means():
+    """Through mindspore.train.Model (host feeding on CPU: one callback call per step, so
+    the statistics are read and restarted every step), over two epochs."""
+    import mindspore.dataset as ds
+    from mindspore.train import Callback, Model
+
+    from engine.callbacks import EpochSummary, StepStats, TrainState
+
+    net = Terms()
+    step = TrainStep(net, build_optimizer(net, 0.01, SGD_CFG), skip_nonfinite=True)
+    x = np.array([[0, 0], [1, 3], [2, -1]], np.float32)  # 3 steps per epoch
+    ones = np.ones((3, 1), np.float32)
+    data = ds.NumpySlicesDataset({"x": x, "t": ones, "m": ones}, shuffle=False).batch(1)
+    st = TrainState(epochs=2, steps_per_epoch=3, total_batch=1)
+    seen = []
+
+    class Record(Callback):
+        def on_train_step_end(self, run_context):
+            seen.append([float(v.asnumpy()) for v in run_context.original_args().net_outputs])
+
+    stats = StepStats(st, step.stats, net, check_finite=True, dynamic_scale=False)
+    Model(step).train(
+        2, data, callbacks=[stats, EpochSummary(st), Record()], dataset_sink_mode=False
+    )
+    assert len(seen) == 6 and not any(r[8] for r in seen)
+    for epoch, row in enumerate(st.history):
+        rows = seen[3 * epoch : 3 * epoch + 3]
+        assert row["loss_total"] == pytest.approx(np.mean([r[0] for r in rows]), rel=1e-6)
+        assert row["num_fg"] == pytest.approx(np.mean([r[5] for r in rows]), rel=1e-6)
+    assert st.steps == 3
