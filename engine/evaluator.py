@@ -24,6 +24,7 @@ from pycocotools.cocoeval import COCOeval
 
 DETECTIONS_FILE = "detections.json"
 METRICS_FILE = "metrics.json"
+SUMMARY_FILE = "coco_summary.txt"  # pycocotools' summary, the per-class table, the speed line
 # COCOeval.stats positions of the AP values msdet reports.
 AP_KEYS = ("mAP", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large")
 SPEED_STAGES = ("preprocess", "inference", "nms")
@@ -189,8 +190,11 @@ class CocoEvaluator:
                 rec["image_id"] = int(img_id)
             self.results.extend(records)
 
-    def evaluate(self, speed: Mapping[str, float] | SpeedMeter | None = None) -> dict[str, Any]:
-        """Write ``detections.json``, run COCOeval (bbox), print the summary, write ``metrics.json``.
+    def evaluate(
+        self, speed: Mapping[str, float] | SpeedMeter | None = None, verbose: bool = True
+    ) -> dict[str, Any]:
+        """Write ``detections.json``, run COCOeval (bbox), write ``metrics.json`` and the
+        summary (``coco_summary.txt``), which is also printed when ``verbose``.
 
         ``speed``: ms per image per stage (or a :class:`SpeedMeter`) for the speed line.
         Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,
@@ -231,7 +235,11 @@ class CocoEvaluator:
             lines.append(format_speed(ms))
         if not self.results:
             lines.insert(0, "No detections: AP is 0 wherever there is ground truth.")
-        print("\n".join(lines))
+        text = "\n".join(lines)
+        with open(os.path.join(self.out_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        if verbose:
+            print(text)
 
         with open(os.path.join(self.out_dir, METRICS_FILE), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2)
@@ -336,6 +344,7 @@ def evaluate_on_dataset(
     out_dir: str | None,
     keep_images: int = 0,
     gather: RankGather | None = None,
+    verbose: bool = True,
 ) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
     """Run ``detector`` (decoded predictions) and ``nms`` over an eval dataset and score it.
 
@@ -343,7 +352,8 @@ def evaluate_on_dataset(
     ``source`` is its :class:`data.coco.CocoSource`. The first batch is a warm-up for the
     speed line (graph compilation must not count). Returns the metrics (see
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
-    ``(source index, dets, count, scale)`` for drawing.
+    ``(source index, dets, count, scale)`` for drawing. ``verbose``: print the summary
+    (it is written to ``coco_summary.txt`` either way).
 
     Several ranks: each evaluates its shard of the val set (``build_eval_dataset(...,
     rank, world_size)``), ``gather`` brings every rank's detections together, and the rank
@@ -396,4 +406,4 @@ def evaluate_on_dataset(
         scale[order],
         np.array([[info["height"], info["width"]] for info in infos]).reshape(-1, 2),
     )
-    return evaluator.evaluate(speed), kept
+    return evaluator.evaluate(speed, verbose), kept

@@ -51,7 +51,7 @@ from engine.checkpoint import (
     find_resume_checkpoint,
     restore_training_state,
 )
-from engine.evaluator import RankGather, evaluate_on_dataset
+from engine.evaluator import SUMMARY_FILE, RankGather, evaluate_on_dataset
 from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.runtime import (
@@ -472,8 +472,13 @@ class _Evaluation:
         for param in self.eval_net.get_parameters():
             param.set_data(weights[param.name].value().astype(param.dtype))
 
-    def _run(self, out_dir: str) -> dict[str, Any] | None:
-        """Metrics on rank 0; None on the other ranks (they only contribute detections)."""
+    def _run(self, out_dir: str, verbose: bool) -> dict[str, Any] | None:
+        """Metrics on rank 0; None on the other ranks (they only contribute detections).
+
+        ``verbose``: print pycocotools' summary and the per-class table (the final
+        evaluation); during training the epoch line carries mAP and mAP50 and the full
+        summary is only written to ``<out_dir>/coco_summary.txt``.
+        """
         metrics, self.kept = evaluate_on_dataset(
             self.detector,
             self.nms,
@@ -482,13 +487,14 @@ class _Evaluation:
             out_dir if self.is_main else None,
             keep_images=self.num_vis,
             gather=self.gather,
+            verbose=verbose,
         )
         return metrics
 
     def evaluate(self, epoch: int) -> dict[str, Any] | None:
         """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
         self._load(self.sources)
-        metrics = self._run(os.path.join(self.run_dir, "eval"))
+        metrics = self._run(os.path.join(self.run_dir, "eval"), verbose=False)
         self.last_epoch_metrics = (epoch, metrics)
         return metrics
 
@@ -505,15 +511,17 @@ class _Evaluation:
                 "no best.ckpt (no evaluation improved mAP): final metrics of the last weights"
             )
             self._load(self.sources)
-            return self._run(self.run_dir) or {}
+            return self._run(self.run_dir, verbose=True) or {}
         if self.last_epoch_metrics and state.is_best and not self.distributed:
             src = os.path.join(self.run_dir, "eval")
-            for name in ("metrics.json", "detections.json"):
+            for name in ("metrics.json", "detections.json", SUMMARY_FILE):
                 shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
+            with open(os.path.join(self.run_dir, SUMMARY_FILE), encoding="utf-8") as f:
+                print(f.read().rstrip())
             metrics = self.last_epoch_metrics[1]
         else:
             self._load({k: v for k, v in network_weights(read_checkpoint(best)).items()})
-            metrics = self._run(self.run_dir)
+            metrics = self._run(self.run_dir, verbose=True)
         if metrics is None:
             return {}
         log.info(

@@ -27,6 +27,8 @@ def test_run_folder_holds_every_artefact(trained):
         "results.png",
         "metrics.json",
         "detections.json",
+        "coco_summary.txt",
+        "eval/coco_summary.txt",
         ".hydra/config.yaml",
         "checkpoints/last.ckpt",
         "checkpoints/best.ckpt",
@@ -66,6 +68,10 @@ def test_console_has_no_framework_warnings(trained):
     _, out = trained
     noise = [line for line in (out.stdout + out.stderr).splitlines() if "[WARNING]" in line]
     assert noise == []
+    # Three evaluations (eval_interval 1), one pycocotools summary on the console: the final
+    # one; the epoch line carries each evaluation's mAP and mAP50.
+    assert out.stdout.count("Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all") == 1
+    assert out.stdout.count(" mAP50 ") >= 3
 
 
 # Four images, one batch, no augmentation: the same batch every step, so the loss must
