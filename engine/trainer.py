@@ -315,8 +315,9 @@ def _multiscale(tcfg: Any) -> tuple[int, int]:
 def _sink_plan(
     rt: Runtime,
     steps_per_epoch: int,
-    profiling: bool = False,
     multiscale: tuple[int, int] = (0, DEFAULT_INTERVAL),
+    *,
+    profiling: bool = False,
 ) -> tuple[int, int]:
     """(steps per sink, sinks per epoch). Without real sinking one 'sink' is one epoch.
 
