@@ -53,6 +53,7 @@ def debug_run(tmp_path_factory):
     return run_dir, out
 
 
+@pytest.mark.slow  # a whole training run or network compile: full suite only
 def test_nan_stops_the_run_naming_term_and_parameter(debug_run):
     run_dir, out = debug_run
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
@@ -68,6 +69,7 @@ def test_nan_stops_the_run_naming_term_and_parameter(debug_run):
     assert len(weights) > 600 and all(np.isfinite(w).all() for w in weights)
 
 
+@pytest.mark.slow
 def test_graph_ir_lands_in_the_run_folder(debug_run):
     run_dir, _ = debug_run
     graphs = os.listdir(Path(run_dir, "graphs"))
@@ -79,6 +81,7 @@ def test_graph_ir_lands_in_the_run_folder(debug_run):
     assert size < 400e6
 
 
+@pytest.mark.slow
 def test_profiler_writes_the_run_folder_and_prints_top_operators(debug_run):
     run_dir, out = debug_run
     stats = glob.glob(

@@ -8,7 +8,11 @@ import math
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.tiny_run import read_results, run_entry
+
+pytestmark = pytest.mark.slow  # a whole training run: full suite only
 
 PYNATIVE_RUN = [
     "runtime=cpu",

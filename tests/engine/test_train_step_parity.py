@@ -27,7 +27,7 @@ from models.yolox import build_model, load_model_config
 from tests.loss_cases import random_targets
 from tests.torch_reference import require_yolox
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # a compiled training step: full suite
 
 IMG, C, M, LR = 128, 3, 30, 0.01
 TRAIN_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})

@@ -47,6 +47,7 @@ def _values(net):
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
 
 
+@pytest.mark.slow  # real training steps: full suite only
 @pytest.mark.parametrize(
     ("level", "prefix"),
     [

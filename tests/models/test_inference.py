@@ -65,6 +65,7 @@ def mindir_files(nets, images, tmp_path_factory):
     }
 
 
+@pytest.mark.slow  # a whole training run or network compile: full suite only
 def test_inference_net_is_the_detector_followed_by_nms(nets, images):
     preds = run_cell(nets["plain"], images)
     anchors = sum((IMG[0] // s) * (IMG[1] // s) for s in (8, 16, 32))
@@ -77,6 +78,7 @@ def test_inference_net_is_the_detector_followed_by_nms(nets, images):
         np.testing.assert_allclose(dets[i, : counts[i]], expected[i], rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["plain", "nms"])
 def test_mindir_round_trip_computes_what_the_cell_computes(nets, mindir_files, kind):
     assert mindir_files[kind].endswith(".mindir")
@@ -87,6 +89,7 @@ def test_mindir_round_trip_computes_what_the_cell_computes(nets, mindir_files, k
         assert run_cell(nets[kind], other)[1].min() > 0, "the check needs detections"
 
 
+@pytest.mark.slow
 def test_verify_mindir_catches_a_different_network(detector, nets, mindir_files, images):
     param = detector.head.reg_preds[0].bias
     original = param.asnumpy().copy()
@@ -105,6 +108,7 @@ def test_max_abs_diff_rejects_different_outputs():
         max_abs_diff(a, [np.zeros((2, 336, 8), np.float32)])
 
 
+@pytest.mark.slow
 def test_onnx_export_with_nms_matches_onnxruntime(nets, images, tmp_path):
     import onnxruntime  # noqa: F401  (requirements-dev pins it: a missing one is a failure)
 

@@ -89,7 +89,14 @@ CASES = {
 
 @pytest.mark.torch
 @pytest.mark.parametrize("use_l1", [False, True])
-@pytest.mark.parametrize("case", sorted(CASES))
+# One case in the fast tier (empty images and objects); all four in the full suite.
+@pytest.mark.parametrize(
+    "case",
+    [
+        c if c == "with_empty_images" else pytest.param(c, marks=pytest.mark.slow)
+        for c in sorted(CASES)
+    ],
+)
 def test_loss_matches_yolox_0_3_0(case, use_l1):
     rng = np.random.default_rng(sorted(CASES).index(case))
     grids, strides = anchor_grid(IMG)

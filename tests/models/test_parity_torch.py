@@ -76,6 +76,7 @@ def mode(request):
     ms.set_context(mode=ms.GRAPH_MODE)
 
 
+@pytest.mark.slow  # whole networks in both modes: full suite only (modules stay fast)
 @pytest.mark.parametrize("name", ["yolox_nano", "yolox_tiny"])
 def test_decoded_outputs_match_pytorch(name, mode):
     pt, net, x = ported_pair(name)
@@ -91,7 +92,7 @@ def test_decoded_outputs_match_pytorch(name, mode):
     assert e_ms["score_max"] < 5e-3 and e_ms["box_max"] < 5e-2
 
 
-@pytest.mark.parametrize("name", ["yolox_nano", "yolox_tiny"])
+@pytest.mark.parametrize("name", ["yolox_nano", pytest.param("yolox_tiny", marks=pytest.mark.slow)])
 def test_every_module_matches_pytorch(name):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
@@ -105,6 +106,7 @@ def test_every_module_matches_pytorch(name):
     assert max(r.max_rel for r in rows) < 5e-5
 
 
+@pytest.mark.slow
 def test_swapped_bn_parameters_are_caught():
     """The comparison can fail: one BatchNorm with gamma and beta swapped is named."""
     bn = "backbone.backbone.dark3.1.m.0.conv1.bn"

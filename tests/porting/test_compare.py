@@ -64,6 +64,7 @@ def checkpoint(tmp_path_factory, image):
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # a whole training run or network compile: full suite only
 def test_converted_checkpoint_passes_and_json_is_parsed(checkpoint, image, tmp_path, capsys):
     out_json = tmp_path / "ci" / "compare.json"
     code, out = run_tool(capsys, "--src", checkpoint, "--image", image, "--json", str(out_json))
@@ -86,6 +87,7 @@ def test_converted_checkpoint_passes_and_json_is_parsed(checkpoint, image, tmp_p
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_perturbed_layer_is_named(checkpoint, image, tmp_path, capsys, monkeypatch):
     """One conv of the neck is off by a little after conversion: that block, and only
     that block, fails; the tool exits 1 naming it."""
@@ -118,6 +120,7 @@ def test_perturbed_layer_is_named(checkpoint, image, tmp_path, capsys, monkeypat
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_training_step_matches(capsys, tmp_path):
     require_yolox()
     out_json = tmp_path / "step.json"
