@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
 MODES = ("graph", "pynative")
 AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
+DW_KERNELS = ("auto", "native")
 
 # On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
 # 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
@@ -54,6 +55,7 @@ class Runtime:
     device_id: int = 0
     run_dir: str = "."
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
+    dw_kernel: str | None = None  # compiled depthwise-conv library models use (CPU), or None
 
     @property
     def is_main(self) -> bool:
@@ -151,11 +153,13 @@ def resolve_sink(sink: Any, device: str) -> bool:
     return bool(sink)
 
 
-def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
+def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
-    threads, deterministic, distributed. Call before building any network.
+    threads, deterministic, distributed (optional: dw_kernel, sync_bn). ``dw_kernel``
+    overrides ``cfg.dw_kernel`` (export.py: native operators only). Call before building
+    any network.
     """
     device = resolve_device(cfg.device)
     if cfg.mode not in MODES:
@@ -193,6 +197,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
+    dw_kernel = setup_depthwise_kernel(dw_kernel or str(cfg.get("dw_kernel", "auto")), device)
 
     rt = Runtime(
         device=device,
@@ -206,10 +211,29 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         device_id=device_id,
         run_dir=run_dir,
         sync_bn=sync_bn,
+        dw_kernel=dw_kernel,
     )
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
     return rt
+
+
+def setup_depthwise_kernel(choice: str, device: str) -> str | None:
+    """Make models run depthwise convolutions on the compiled kernel (CPU, ``auto``).
+
+    MindSpore's CPU Conv2D computes them through im2col + GEMM, several times slower than
+    the direct loops in ``ops/kernels``; GPU and Ascend keep their native operator. Without
+    a working compiler the native operator is used (``ops.depthwise`` logs one line).
+    Returns the kernel library's path, or None when models use the native operator.
+    """
+    if choice not in DW_KERNELS:
+        raise ValueError(f"runtime.dw_kernel must be one of {DW_KERNELS}, got {choice!r}")
+    from ops import depthwise  # loads MindSpore: only after the environment is prepared
+
+    if choice == "native" or device != "CPU":
+        depthwise.set_custom_kernel_library(None)
+        return None
+    return depthwise.enable_custom_kernel()
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

@@ -11,6 +11,8 @@ machines never hands one CPU's ``-march=native`` code to another.
 The switch is process-wide and set by the device module (``engine.runtime``): on CPU it
 calls :func:`enable_custom_kernel`; models ask :func:`custom_kernel_library` when they are
 built and fall back to ``nn.Conv2d`` when it is None (GPU, Ascend, no compiler, export).
+Importing this module loads MindSpore: the device module imports it only after it has
+prepared the process environment.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import platform
 import shutil
 import subprocess
 import tempfile
+
+from mindspore import Parameter, nn, ops
+from mindspore.common.initializer import initializer
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +111,7 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
-            log.warning(
-                "building the depthwise kernel failed (%s): using MindSpore's Conv2D", last
-            )
+            log.warning("building the depthwise kernel failed (%s): using MindSpore's Conv2D", last)
             return None
         os.replace(tmp, lib)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -135,8 +138,6 @@ def _conv_out(size: int, k: int, stride: int) -> int:
 
 def depthwise_ops(library: str, stride: int):
     """The forward Custom operator for ``stride``, with its backward attached (bprop)."""
-    from mindspore import ops
-
     if stride not in STRIDES:
         raise ValueError(f"custom depthwise kernel supports strides {STRIDES}, got {stride}")
 
@@ -175,3 +176,26 @@ def depthwise_ops(library: str, stride: int):
         func_type="aot",
         bprop=bprop,
     )
+
+
+class DepthwiseConv2d(nn.Cell):
+    """A depthwise ``k x k`` convolution (padding ``(k - 1) // 2``, no bias) on the kernel.
+
+    Holds one parameter, ``weight`` of shape ``[channels, 1, k, k]``, named and shaped like
+    ``nn.Conv2d(group=channels)``'s, so checkpoints and converted weights are interchangeable.
+    """
+
+    def __init__(self, channels: int, ksize: int, stride: int, weight_init, library: str):
+        super().__init__()
+        if ksize % 2 != 1:
+            raise ValueError(f"custom depthwise kernel needs an odd kernel size, got {ksize}")
+        self.in_channels = self.out_channels = self.group = channels
+        self.kernel_size = (ksize, ksize)
+        self.stride = (stride, stride)
+        self.weight = Parameter(
+            initializer(weight_init, [channels, 1, ksize, ksize]), name="weight"
+        )
+        self.conv = depthwise_ops(library, stride)
+
+    def construct(self, x):
+        return self.conv(x, self.weight)

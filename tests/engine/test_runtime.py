@@ -107,3 +107,26 @@ def test_distributed_outside_a_launcher_names_the_scripts(tmp_path):
     )
     assert out.returncode != 0
     assert "run_distributed_train.sh" in out.stderr
+
+
+def test_depthwise_kernel_on_cpu_only(tmp_path, monkeypatch):
+    from ops import depthwise
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
+    previous = depthwise.custom_kernel_library()
+    try:
+        lib = runtime.setup_depthwise_kernel("auto", "CPU")
+        if lib is None:
+            pytest.skip("no C++ compiler on this machine")
+        assert os.path.dirname(lib) == str(tmp_path / "kernels")
+        assert depthwise.custom_kernel_library() == lib
+        # Ascend/GPU keep their native Conv2D; so does an explicit "native".
+        assert runtime.setup_depthwise_kernel("auto", "Ascend") is None
+        assert depthwise.custom_kernel_library() is None
+        runtime.setup_depthwise_kernel("auto", "CPU")
+        assert runtime.setup_depthwise_kernel("native", "CPU") is None
+        assert depthwise.custom_kernel_library() is None
+        with pytest.raises(ValueError, match="runtime.dw_kernel"):
+            runtime.setup_depthwise_kernel("fast", "CPU")
+    finally:
+        depthwise.set_custom_kernel_library(previous)
