@@ -2,6 +2,7 @@
 
     python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
                                 [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
+                                [--min-object-size 16]
 
 Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
 warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
@@ -35,6 +36,7 @@ def run_msdet(args, out: str) -> dict:
         f"model={args.model}",
         f"data.num_train={args.num_train}",
         f"data.num_val={args.num_val}",
+        f"data.min_object_size={args.min_object_size}",
         f"data.img_size=[{args.img},{args.img}]",
         f"train.batch_size={args.batch}",
         f"train.epochs={args.epochs}",
@@ -116,6 +118,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epochs", type=int, default=12, help="schedule length for both")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
+    parser.add_argument(
+        "--min-object-size", type=int, default=16, help="data.min_object_size (8: the v1 set)"
+    )
     parser.add_argument("--out", default="outputs/convergence")
     parser.add_argument(
         "--only",
@@ -127,7 +132,12 @@ def main(argv: list[str] | None = None) -> dict:
     print_header("time to accuracy: msdet vs PyTorch YOLOX")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
-            "config", overrides=[f"data.num_train={args.num_train}", f"data.num_val={args.num_val}"]
+            "config",
+            overrides=[
+                f"data.num_train={args.num_train}",
+                f"data.num_val={args.num_val}",
+                f"data.min_object_size={args.min_object_size}",
+            ],
         )
     from data.build import build_sources  # generates the shapes set once, for both sides
 
@@ -166,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "schedule_epochs": args.epochs,
         "num_train": args.num_train,
+        "min_object_size": args.min_object_size,
         **summary,
         "plot": os.path.join(out, "convergence.png"),
     }
