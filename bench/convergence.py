@@ -2,7 +2,7 @@
 
     python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
                                 [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
-                                [--min-object-size 16]
+                                [--min-object-size 24]
 
 Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
 warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
     parser.add_argument(
-        "--min-object-size", type=int, default=16, help="data.min_object_size (8: the v1 set)"
+        "--min-object-size", type=int, default=24, help="data.min_object_size (8: the v1 set)"
     )
     parser.add_argument("--out", default="outputs/convergence")
     parser.add_argument(
