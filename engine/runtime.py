@@ -215,6 +215,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) ->
     )
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
+    if dw_kernel:
+        log.info("CPU: depthwise convolutions on msdet's compiled kernel (%s)", dw_kernel)
     return rt
 
 
