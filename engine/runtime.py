@@ -197,12 +197,15 @@ def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) ->
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
-    dw_kernel = setup_depthwise_kernel(dw_kernel or str(cfg.get("dw_kernel", "auto")), device)
+    amp_level = resolve_amp(cfg.amp, device)
+    dw_kernel = setup_depthwise_kernel(
+        dw_kernel or str(cfg.get("dw_kernel", "auto")), device, amp_level
+    )
 
     rt = Runtime(
         device=device,
         mode=cfg.mode,
-        amp_level=resolve_amp(cfg.amp, device),
+        amp_level=amp_level,
         sink=resolve_sink(cfg.sink, device),
         sink_size=int(cfg.sink_size),
         loss_scale=float(cfg.loss_scale),
@@ -220,19 +223,20 @@ def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) ->
     return rt
 
 
-def setup_depthwise_kernel(choice: str, device: str) -> str | None:
-    """Make models run depthwise convolutions on the compiled kernel (CPU, ``auto``).
+def setup_depthwise_kernel(choice: str, device: str, amp_level: str = "O0") -> str | None:
+    """Make models run depthwise convolutions on the compiled kernel (CPU, fp32, ``auto``).
 
     MindSpore's CPU Conv2D computes them through im2col + GEMM, several times slower than
     the direct loops in ``ops/kernels``; GPU and Ascend keep their native operator. Without
-    a working compiler the native operator is used (``ops.depthwise`` logs one line).
+    a working compiler the native operator is used (``ops.depthwise`` logs one line); so it
+    is under mixed precision, as the kernel is float32 only.
     Returns the kernel library's path, or None when models use the native operator.
     """
     if choice not in DW_KERNELS:
         raise ValueError(f"runtime.dw_kernel must be one of {DW_KERNELS}, got {choice!r}")
     from ops import depthwise  # loads MindSpore: only after the environment is prepared
 
-    if choice == "native" or device != "CPU":
+    if choice == "native" or device != "CPU" or amp_level != "O0":
         depthwise.set_custom_kernel_library(None)
         return None
     return depthwise.enable_custom_kernel()

@@ -125,6 +125,9 @@ def test_depthwise_kernel_on_cpu_only(tmp_path, monkeypatch):
         assert depthwise.custom_kernel_library() is None
         runtime.setup_depthwise_kernel("auto", "CPU")
         assert runtime.setup_depthwise_kernel("native", "CPU") is None
+        runtime.setup_depthwise_kernel("auto", "CPU")
+        assert runtime.setup_depthwise_kernel("auto", "CPU", "O2") is None  # fp32-only kernel
+        assert depthwise.custom_kernel_library() is None
         assert depthwise.custom_kernel_library() is None
         with pytest.raises(ValueError, match="runtime.dw_kernel"):
             runtime.setup_depthwise_kernel("fast", "CPU")
