@@ -1,12 +1,16 @@
 """Depthwise 3x3 convolution, forward + backward: MindSpore's Conv2D, msdet's kernel, PyTorch.
 
-    python -m bench.depthwise [--batch 8] [--rounds 3] [--steps 20]
+    python -m bench.depthwise [--batch 8] [--rounds 3] [--steps 20] [--threads N]
+    python -m bench.depthwise --train-step [--steps 10]   # whole nano step, both variants
 
 For each layer shape YOLOX-nano uses (channels x size, stride), one graph-mode cell computes
 the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSpore's
 ``nn.Conv2d(group=C)`` and with ``ops.depthwise`` (the compiled kernel), and PyTorch's
 ``nn.Conv2d(groups=C)`` does the same; the three alternate in every round so machine load
 hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
+
+``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
+twice in one process, once on Conv2D and once on the kernel, and alternates their steps.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
     args = parser.parse_args(argv)
+    if args.train_step:
+        return compare_train_steps(args.steps)
     configure_process_env("CPU")
     import mindspore as ms
     import numpy as np
@@ -88,6 +95,65 @@ def main(argv: list[str] | None = None) -> dict:
     total = {k: round(sum(r[k] for r in rows), 2) for k in sides}
     print_result({"batch": args.batch, "rounds": args.rounds, "rows": rows, "total_ms": total})
     return total
+
+
+def compare_train_steps(steps: int) -> dict:
+    """Median seconds per training step on Conv2D and on the kernel, steps alternating."""
+    import time
+
+    from hydra import compose, initialize_config_dir
+
+    from bench.common import CONFIG_DIR, peak_rss_mb, synthetic_batch
+    from engine.runtime import setup_runtime
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["runtime=cpu"])
+    print_header("YOLOX-nano training step: MindSpore Conv2D vs msdet's depthwise kernel")
+    rt = setup_runtime(cfg.runtime, ".")
+    import mindspore as ms
+
+    from engine.optim import yolox_lr_schedule
+    from engine.trainer import build_train_step
+    from models.loss import YOLOXLoss
+    from models.yolox import build_model
+    from ops import depthwise
+
+    num_classes = 80
+    batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
+    images, targets, mask = (ms.Tensor(a) for a in batch)
+    variants = {"mindspore_conv2d": None, "msdet_kernel": rt.dw_kernel}
+    if rt.dw_kernel is None:
+        raise SystemExit("the depthwise kernel is not available here (no compiler?)")
+    train_steps, first = {}, {}
+    for name, library in variants.items():
+        depthwise.set_custom_kernel_library(library)
+        ms.set_seed(0)
+        net = build_model(cfg.model, num_classes)
+        lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
+        train_steps[name] = build_train_step(net, YOLOXLoss(num_classes), lrs, cfg.train, rt)
+        start = time.perf_counter()
+        train_steps[name](images, targets, mask)[0].asnumpy()
+        first[name] = round(time.perf_counter() - start, 2)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(steps + 1):
+        for name, step in train_steps.items():
+            start = time.perf_counter()
+            step(images, targets, mask)[0].asnumpy()
+            if i > 0:  # the first round warms up
+                times[name].append(time.perf_counter() - start)
+    result = {name: round(median(t), 3) for name, t in times.items()}
+    ratio = round(result["mindspore_conv2d"] / result["msdet_kernel"], 2)
+    print(f"step s: {result}  speed-up {ratio}x", flush=True)
+    print_result(
+        {
+            "step_s": result,
+            "speedup": ratio,
+            "first_step_s": first,
+            "steps": steps,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+    )
+    return result
 
 
 if __name__ == "__main__":
