@@ -103,12 +103,14 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
     lib = os.path.join(cache_dir, f"depthwise_conv-{key.hexdigest()[:16]}.so")
     if os.path.isfile(lib):
         return lib
-    os.makedirs(cache_dir, exist_ok=True)
-    # Build under a unique name and rename: concurrent ranks never load a half-written file.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
-    os.close(fd)
-    cmd = [compiler, *CXX_FLAGS, SOURCE, "-o", tmp]
+    tmp = ""
     try:
+        os.makedirs(cache_dir, exist_ok=True)
+        # Build under a unique name and rename: concurrent ranks never load a half-written
+        # file.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
+        os.close(fd)
+        cmd = [compiler, *CXX_FLAGS, SOURCE, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
@@ -119,7 +121,7 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
         log.warning("building the depthwise kernel failed (%s): using MindSpore's Conv2D", err)
         return None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.remove(tmp)
     log.info("built the depthwise convolution kernel: %s", lib)
     return lib

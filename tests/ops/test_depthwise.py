@@ -163,3 +163,11 @@ def test_models_use_the_kernel_only_when_enabled(library):
     assert names(fast) == names(plain)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         depthwise.set_custom_kernel_library("/nonexistent/lib.so")
+
+
+def test_unwritable_cache_falls_back(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
+        assert build_kernel_library(str(blocker / "kernels")) is None
+    assert any("Conv2D" in r.getMessage() for r in caplog.records)
