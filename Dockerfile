@@ -15,9 +15,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MPLCONFIGDIR=/tmp/matplotlib
 
 # libgomp1: the OpenMP runtime MindSpore's CPU kernels are linked against (not in -slim).
+# g++: builds msdet's depthwise convolution kernel on first use (ops/depthwise.py; without
+# it training falls back to MindSpore's slower Conv2D).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgomp1 \
+    && apt-get install -y --no-install-recommends libgomp1 g++ \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace

@@ -30,7 +30,8 @@ def main(cfg: DictConfig) -> None:
         if not cfg.ckpt:
             raise SystemExit("export.py needs a checkpoint: python export.py ckpt=PATH")
         run_dir = HydraConfig.get().runtime.output_dir
-        setup_runtime(cfg.runtime, run_dir)
+        # An exported file must run where msdet's compiled CPU kernel does not exist.
+        setup_runtime(cfg.runtime, run_dir, dw_kernel="native")
         # These import MindSpore, which must load after setup_runtime prepared the environment.
         from models.inference import (
             ExportError,

@@ -3,6 +3,7 @@
     python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
                                 [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
                                 [--multiscale R]
+                                [--min-object-size 24]
 
 Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
 warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
@@ -38,6 +39,7 @@ def run_msdet(args, out: str) -> dict:
         f"model={args.model}",
         f"data.num_train={args.num_train}",
         f"data.num_val={args.num_val}",
+        f"data.min_object_size={args.min_object_size}",
         f"data.img_size=[{args.img},{args.img}]",
         f"train.batch_size={args.batch}",
         f"train.epochs={args.epochs}",
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epochs", type=int, default=12, help="schedule length for both")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
+    parser.add_argument(
+        "--min-object-size", type=int, default=24, help="data.min_object_size (8: the v1 set)"
+    )
     parser.add_argument("--out", default="outputs/convergence")
     parser.add_argument(
         "--multiscale", type=int, default=0, help="multi-scale range R for both sides (0: off)"
@@ -135,7 +140,12 @@ def main(argv: list[str] | None = None) -> dict:
     print_header("time to accuracy: msdet vs PyTorch YOLOX")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
-            "config", overrides=[f"data.num_train={args.num_train}", f"data.num_val={args.num_val}"]
+            "config",
+            overrides=[
+                f"data.num_train={args.num_train}",
+                f"data.num_val={args.num_val}",
+                f"data.min_object_size={args.min_object_size}",
+            ],
         )
     from data.build import build_sources  # generates the shapes set once, for both sides
 
@@ -176,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         "schedule_epochs": args.epochs,
         "num_train": args.num_train,
         "multiscale_range": args.multiscale,
+        "min_object_size": args.min_object_size,
         **summary,
         "plot": os.path.join(out, "convergence.png"),
     }

@@ -6,30 +6,37 @@ import os
 from typing import Any
 
 from data.coco import CocoSource
-from data.synthetic import ensure_shapes_dataset, shapes_root
+from data.synthetic import MIN_OBJECT_SIZE, ensure_shapes_dataset, shapes_root
 
 
 def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
     """The (train, val) sources of ``data_cfg``.
 
-    ``data.name == "shapes"``: the built-in synthetic set (kinds ``data.classes``),
-    generated on first use into ``data.root`` or, when that is null,
-    ``<data.cache_dir>/shapes-<seed>-<train>-<val>[-<kinds>]``.
+    ``data.name == "shapes"``: the built-in synthetic set (kinds ``data.classes``, shapes
+    at least ``data.min_object_size`` px), generated on first use into ``data.root`` or,
+    when that is null, ``<data.cache_dir>/shapes-<seed>-<train>-<val>[-<kinds>][-min<N>]``.
     Any other name is a COCO-format dataset under ``data.root`` with
     ``data.{train,val}.{ann_file,img_dir}`` relative to it. A missing annotation file or
     image folder raises ``FileNotFoundError`` naming the path.
     """
     if data_cfg.name == "shapes":
         classes = tuple(data_cfg.get("classes") or ()) or None
+        min_size = int(data_cfg.get("min_object_size", MIN_OBJECT_SIZE))
         root = data_cfg.root or shapes_root(
             str(data_cfg.cache_dir),
             int(data_cfg.seed),
             int(data_cfg.num_train),
             int(data_cfg.num_val),
             classes,
+            min_size,
         )
         root = ensure_shapes_dataset(
-            root, int(data_cfg.num_train), int(data_cfg.num_val), int(data_cfg.seed), classes
+            root,
+            int(data_cfg.num_train),
+            int(data_cfg.num_val),
+            int(data_cfg.seed),
+            classes,
+            min_size,
         )
     else:
         if not data_cfg.root:

@@ -48,7 +48,7 @@ ANN_FILES = {split: f"annotations/instances_{split}.json" for split in SPLITS}
 
 SIDE_RANGE = (240, 480)  # image width and height, each drawn independently
 MAX_OBJECTS = 10
-MIN_OBJECT_SIZE = 8  # px; the largest is half the shorter image side
+MIN_OBJECT_SIZE = 8  # px, the generator's default; the largest is half the shorter side
 MIN_VISIBLE_FRACTION = 0.5
 PLACEMENT_TRIES = 6
 JPEG_QUALITY = 90
@@ -67,7 +67,12 @@ def categories_for(classes: tuple[str, ...] | list[str] | None = None) -> tuple[
 
 
 def ensure_shapes_dataset(
-    root: str, num_train: int, num_val: int, seed: int, classes: tuple[str, ...] | None = None
+    root: str,
+    num_train: int,
+    num_val: int,
+    seed: int,
+    classes: tuple[str, ...] | None = None,
+    min_object_size: int = MIN_OBJECT_SIZE,
 ) -> str:
     """Return ``root``, generating the shapes set there first if it does not exist yet.
 
@@ -92,7 +97,9 @@ def ensure_shapes_dataset(
     start = time.perf_counter()
     log.info("generating the shapes dataset (%d train, %d val) in %s", num_train, num_val, root)
     try:
-        generate_shapes(tmp, num_train, num_val, seed, classes=classes)
+        generate_shapes(
+            tmp, num_train, num_val, seed, classes=classes, min_object_size=min_object_size
+        )
         try:
             os.rename(tmp, root)
         except OSError:
@@ -125,13 +132,20 @@ def generate_shapes(
     seed: int,
     workers: int | None = None,
     classes: tuple[str, ...] | None = None,
+    min_object_size: int = MIN_OBJECT_SIZE,
 ) -> None:
     """Write ``train/``, ``val/`` and ``annotations/instances_{train,val}.json`` to ``out_dir``.
 
     ``workers`` threads share the work (OpenCV drawing and JPEG encoding release the GIL);
-    the files do not depend on it. ``classes``: the kinds to draw (default: the built-in three).
+    the files do not depend on it. ``classes``: the kinds to draw (default: the built-in
+    three). Shapes are at least ``min_object_size`` px across.
     """
     categories = categories_for(classes)
+    if not MIN_OBJECT_SIZE <= int(min_object_size) <= SIDE_RANGE[0] // 2:
+        raise ValueError(
+            f"data.min_object_size must be {MIN_OBJECT_SIZE}..{SIDE_RANGE[0] // 2} px, "
+            f"got {min_object_size}"
+        )
     workers = workers or min(4, os.cpu_count() or 1)
     os.makedirs(os.path.join(out_dir, "annotations"), exist_ok=True)
     for split, count in (("train", num_train), ("val", num_val)):
@@ -140,7 +154,7 @@ def generate_shapes(
 
         def write_one(index: int, split: str = split, img_dir: str = img_dir) -> dict:
             rng = np.random.default_rng([seed, SPLITS[split], index])
-            img, objects = render_image(rng, categories)
+            img, objects = render_image(rng, categories, min_object_size)
             ok, encoded = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
             if not ok:
                 raise RuntimeError(f"JPEG encoding failed for {split} image {index}")
@@ -160,12 +174,22 @@ def generate_shapes(
         with ThreadPoolExecutor(workers) as pool:
             written = list(pool.map(write_one, range(count)))
         _write_annotations(
-            os.path.join(out_dir, ANN_FILES[split]), written, seed, split, categories
+            os.path.join(out_dir, ANN_FILES[split]),
+            written,
+            seed,
+            split,
+            categories,
+            min_object_size,
         )
 
 
 def _write_annotations(
-    path: str, written: list[dict], seed: int, split: str, categories: tuple[dict, ...]
+    path: str,
+    written: list[dict],
+    seed: int,
+    split: str,
+    categories: tuple[dict, ...],
+    min_object_size: int,
 ) -> None:
     annotations = [
         {"id": ann_id, "image_id": item["image"]["id"], "iscrowd": 0, **obj}
@@ -178,6 +202,7 @@ def _write_annotations(
             "description": f"msdet shapes, {split} split",
             "generator_version": GENERATOR_VERSION,
             "seed": seed,
+            "min_object_size": int(min_object_size),
         },
         "images": [item["image"] for item in written],
         "annotations": annotations,
@@ -190,7 +215,9 @@ def _write_annotations(
 
 
 def render_image(
-    rng: np.random.Generator, kinds: tuple[dict, ...] = CATEGORIES
+    rng: np.random.Generator,
+    kinds: tuple[dict, ...] = CATEGORIES,
+    min_object_size: int = MIN_OBJECT_SIZE,
 ) -> tuple[np.ndarray, list[dict]]:
     """One image (uint8 BGR) and its objects: ``{"category_id", "bbox" [x, y, w, h], "area"}``
     with the box and pixel count of each shape's visible part. ``kinds``: the categories drawn
@@ -206,7 +233,7 @@ def render_image(
         category = kinds[int(rng.integers(len(kinds)))]["id"]
         colour = _object_colour(rng)
         for _try in range(PLACEMENT_TRIES):
-            placed = _rasterise(rng, category, height, width)
+            placed = _rasterise(rng, category, height, width, min_object_size)
             if placed is None:
                 continue
             (x0, y0), mask = placed
@@ -241,12 +268,16 @@ def render_image(
 
 
 def _rasterise(
-    rng: np.random.Generator, category: int, height: int, width: int
+    rng: np.random.Generator,
+    category: int,
+    height: int,
+    width: int,
+    min_size: int = MIN_OBJECT_SIZE,
 ) -> tuple[tuple[int, int], np.ndarray] | None:
     """A shape's pixel mask inside the image, as (top-left corner, bool mask), or None when
     too little of it falls inside the image."""
     largest = min(height, width) / 2
-    size = math.exp(rng.uniform(math.log(MIN_OBJECT_SIZE), math.log(largest)))
+    size = math.exp(rng.uniform(math.log(min_size), math.log(largest)))
     cx, cy = rng.uniform(0, width), rng.uniform(0, height)
     angle = rng.uniform(0, 2 * math.pi)
     hole = 0.0  # ring: inner radius as a fraction of the outer one
@@ -279,7 +310,7 @@ def _rasterise(
     reach = size / 2 if points is None else float(np.abs(points).max())
     x0, y0 = max(int(cx - reach) - 2, 0), max(int(cy - reach) - 2, 0)
     x1, y1 = min(int(cx + reach) + 3, width), min(int(cy + reach) + 3, height)
-    if x1 - x0 < MIN_OBJECT_SIZE or y1 - y0 < MIN_OBJECT_SIZE:
+    if x1 - x0 < min_size or y1 - y0 < min_size:
         return None
     mask = np.zeros((y1 - y0, x1 - x0), dtype=np.uint8)
     if points is None:
@@ -291,7 +322,7 @@ def _rasterise(
         poly = np.round(points + (cx - x0, cy - y0)).astype(np.int32)
         cv2.fillPoly(mask, [poly], 1)
     rows, cols = np.nonzero(mask.any(axis=1))[0], np.nonzero(mask.any(axis=0))[0]
-    if len(rows) < MIN_OBJECT_SIZE or len(cols) < MIN_OBJECT_SIZE:
+    if len(rows) < min_size or len(cols) < min_size:
         return None
     return (x0, y0), mask.astype(bool)
 
@@ -342,11 +373,19 @@ def _add_noise(rng: np.random.Generator, img: np.ndarray, amplitude: int = 10) -
 
 
 def shapes_root(
-    cache_dir: str, seed: int, num_train: int, num_val: int, classes: tuple[str, ...] | None = None
+    cache_dir: str,
+    seed: int,
+    num_train: int,
+    num_val: int,
+    classes: tuple[str, ...] | None = None,
+    min_object_size: int = MIN_OBJECT_SIZE,
 ) -> str:
     """The default folder of a shapes set: ``<cache_dir>/shapes-<seed>-<train>-<val>``, with
-    ``-<kind>-<kind>...`` appended for other than the default classes."""
+    ``-<kind>-<kind>...`` appended for other than the default classes and ``-min<N>`` when
+    shapes are at least N px (N other than the default 8)."""
     name = f"shapes-{seed}-{num_train}-{num_val}"
     if classes and tuple(classes) != DEFAULT_CLASSES:
         name += "-" + "-".join(c["name"] for c in categories_for(classes))
+    if int(min_object_size) != MIN_OBJECT_SIZE:
+        name += f"-min{int(min_object_size)}"
     return os.path.join(cache_dir, name)

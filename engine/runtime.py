@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
 MODES = ("graph", "pynative")
 AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
+DW_KERNELS = ("auto", "native")
 
 # On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
 # 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
@@ -78,6 +79,7 @@ class Runtime:
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
     float_status: bool = False  # overflow read from the device's float-status register
     precision_mode: str | None = None  # Ascend operator precision mode set at start-up
+    dw_kernel: str | None = None  # compiled depthwise-conv library models use (CPU), or None
 
     @property
     def is_main(self) -> bool:
@@ -175,11 +177,13 @@ def resolve_sink(sink: Any, device: str) -> bool:
     return bool(sink)
 
 
-def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
+def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
-    threads, deterministic, distributed. Call before building any network.
+    threads, deterministic, distributed (optional: dw_kernel, sync_bn). ``dw_kernel``
+    overrides ``cfg.dw_kernel`` (export.py: native operators only). Call before building
+    any network.
     """
     device = resolve_device(cfg.device)
     if cfg.mode not in MODES:
@@ -222,11 +226,15 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
+    amp_level = resolve_amp(cfg.amp, device)
+    dw_kernel = setup_depthwise_kernel(
+        dw_kernel or str(cfg.get("dw_kernel", "auto")), device, amp_level
+    )
 
     rt = Runtime(
         device=device,
         mode=cfg.mode,
-        amp_level=resolve_amp(cfg.amp, device),
+        amp_level=amp_level,
         sink=resolve_sink(cfg.sink, device),
         sink_size=int(cfg.sink_size),
         loss_scale=float(cfg.loss_scale),
@@ -237,9 +245,12 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         sync_bn=sync_bn,
         float_status=device == "Ascend" and _ascend_uses_float_status(),
         precision_mode=precision,
+        dw_kernel=dw_kernel,
     )
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
+    if dw_kernel:
+        log.info("CPU: depthwise convolutions on msdet's compiled kernel (%s)", dw_kernel)
     return rt
 
 
@@ -294,6 +305,25 @@ def float_status_ops() -> tuple:
     from mindspore.ops.operations.math_ops import NPUClearFloatStatusV2, NPUGetFloatStatusV2
 
     return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
+
+
+def setup_depthwise_kernel(choice: str, device: str, amp_level: str = "O0") -> str | None:
+    """Make models run depthwise convolutions on the compiled kernel (CPU, fp32, ``auto``).
+
+    MindSpore's CPU Conv2D computes them through im2col + GEMM, several times slower than
+    the direct loops in ``ops/kernels``; GPU and Ascend keep their native operator. Without
+    a working compiler the native operator is used (``ops.depthwise`` logs one line); so it
+    is under mixed precision, as the kernel is float32 only.
+    Returns the kernel library's path, or None when models use the native operator.
+    """
+    if choice not in DW_KERNELS:
+        raise ValueError(f"runtime.dw_kernel must be one of {DW_KERNELS}, got {choice!r}")
+    from ops import depthwise  # loads MindSpore: only after the environment is prepared
+
+    if choice == "native" or device != "CPU" or amp_level != "O0":
+        depthwise.set_custom_kernel_library(None)
+        return None
+    return depthwise.enable_custom_kernel()
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

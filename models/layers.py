@@ -14,6 +14,9 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
+from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
+from ops.depthwise import DepthwiseConv2d, custom_kernel_library
+
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
 # the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.
 BN_EPS = 1e-3
@@ -27,14 +30,21 @@ def conv2d(
     stride: int = 1,
     groups: int = 1,
     bias: bool = False,
-) -> nn.Conv2d:
+) -> nn.Cell:
     """A Conv2d with PyTorch's padding and default initialisation.
 
     PyTorch initialises conv weights with kaiming_uniform(a=sqrt(5)) and biases with
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in counts the input channels of one group.
+    A depthwise convolution runs on the compiled CPU kernel when the device module enabled
+    it (``ops.depthwise``; same parameter, same values), on ``nn.Conv2d`` otherwise.
     """
     pad = (ksize - 1) // 2
     fan_in = (in_channels // groups) * ksize * ksize
+    weight_init = HeUniform(negative_slope=math.sqrt(5))
+    library = custom_kernel_library()
+    depthwise = groups == in_channels == out_channels and groups > 1 and not bias
+    if library and depthwise and ksize % 2 == 1 and stride in CUSTOM_DEPTHWISE_STRIDES:
+        return DepthwiseConv2d(in_channels, ksize, stride, weight_init, library)
     return nn.Conv2d(
         in_channels,
         out_channels,
@@ -44,7 +54,7 @@ def conv2d(
         padding=pad,
         group=groups,
         has_bias=bias,
-        weight_init=HeUniform(negative_slope=math.sqrt(5)),
+        weight_init=weight_init,
         bias_init=Uniform(scale=1.0 / math.sqrt(fan_in)) if bias else "zeros",
     )
 

@@ -29,7 +29,7 @@ def coco_cfg(root):
 
 def test_shapes_are_generated_into_the_cache_on_first_use(tmp_path):
     train, val = build_sources(shapes_cfg(tmp_path))
-    root = tmp_path / "shapes-2-6-3"
+    root = tmp_path / "shapes-2-6-3-min24"  # data.min_object_size 24: its own folder
     assert train.ann_file == str(root / "annotations" / "instances_train.json")
     assert train.img_dir == str(root / "train") and val.img_dir == str(root / "val")
     assert (len(train), len(val)) == (6, 3)

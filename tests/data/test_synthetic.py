@@ -168,3 +168,27 @@ def test_a_second_task_draws_other_kinds_with_their_own_ids_and_folder(tmp_path)
     )
     with pytest.raises(ValueError, match="data.classes must be distinct names from disc"):
         categories_for(["disc", "hexagon"])
+
+
+def test_min_object_size_sets_the_smallest_shape_and_its_own_folder(tmp_path):
+    def smallest_sides(min_size: int) -> list[int]:
+        sides = []
+        for i in range(40):
+            _, objects = render_image(np.random.default_rng([0, 0, i]), min_object_size=min_size)
+            # The visible box of an unoccluded shape spans its whole size.
+            sides += [max(o["bbox"][2], o["bbox"][3]) for o in objects]
+        return sides
+
+    default, large = smallest_sides(8), smallest_sides(24)
+    assert min(default) < 16  # the default set has the tiny shapes the option removes
+    # Occlusion may hide up to half of a shape, never all of its extent on both axes.
+    assert min(large) >= 24 // 2 and np.percentile(large, 10) >= 24
+    assert np.median(large) > np.median(default)
+
+    assert synthetic.shapes_root("c", 0, 5, 2).endswith("shapes-0-5-2")
+    assert synthetic.shapes_root("c", 0, 5, 2, min_object_size=16).endswith("shapes-0-5-2-min16")
+    generate_shapes(str(tmp_path / "s"), 2, 1, seed=0, min_object_size=16)
+    with open(tmp_path / "s" / ANN_FILES["val"], encoding="utf-8") as f:
+        assert json.load(f)["info"]["min_object_size"] == 16
+    with pytest.raises(ValueError, match="data.min_object_size"):
+        generate_shapes(str(tmp_path / "bad"), 2, 1, seed=0, min_object_size=4)

@@ -155,3 +155,29 @@ def test_sink_plan_profiles_with_one_step_per_sink():
     assert _sink_plan(cpu, 100, profiling=True) == (100, 1)  # no real sink on CPU
     with pytest.raises(ValueError, match="runtime.sink_size=30 must be -1 or divide"):
         _sink_plan(Runtime("Ascend", "graph", "O2", True, 30), 100)
+
+
+def test_depthwise_kernel_on_cpu_only(tmp_path, monkeypatch):
+    from ops import depthwise
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
+    previous = depthwise.custom_kernel_library()
+    try:
+        lib = runtime.setup_depthwise_kernel("auto", "CPU")
+        if lib is None:
+            pytest.skip("no C++ compiler on this machine")
+        assert os.path.dirname(lib) == str(tmp_path / "kernels")
+        assert depthwise.custom_kernel_library() == lib
+        # Ascend/GPU keep their native Conv2D; so does an explicit "native".
+        assert runtime.setup_depthwise_kernel("auto", "Ascend") is None
+        assert depthwise.custom_kernel_library() is None
+        runtime.setup_depthwise_kernel("auto", "CPU")
+        assert runtime.setup_depthwise_kernel("native", "CPU") is None
+        runtime.setup_depthwise_kernel("auto", "CPU")
+        assert runtime.setup_depthwise_kernel("auto", "CPU", "O2") is None  # fp32-only kernel
+        assert depthwise.custom_kernel_library() is None
+        assert depthwise.custom_kernel_library() is None
+        with pytest.raises(ValueError, match="runtime.dw_kernel"):
+            runtime.setup_depthwise_kernel("fast", "CPU")
+    finally:
+        depthwise.set_custom_kernel_library(previous)

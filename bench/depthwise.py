@@ -1,0 +1,160 @@
+"""Depthwise 3x3 convolution, forward + backward: MindSpore's Conv2D, msdet's kernel, PyTorch.
+
+    python -m bench.depthwise [--batch 8] [--rounds 3] [--steps 20] [--threads N]
+    python -m bench.depthwise --train-step [--steps 10]   # whole nano step, both variants
+
+For each layer shape YOLOX-nano uses (channels x size, stride), one graph-mode cell computes
+the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSpore's
+``nn.Conv2d(group=C)`` and with ``ops.depthwise`` (the compiled kernel), and PyTorch's
+``nn.Conv2d(groups=C)`` does the same; the three alternate in every round so machine load
+hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
+
+``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
+twice in one process, once on Conv2D and once on the kernel, and alternates their steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from bench.common import median, print_header, print_result, timed
+from engine.runtime import configure_process_env
+
+# (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
+SHAPES = ((16, 160, 2), (32, 80, 1), (32, 80, 2), (64, 40, 1), (64, 40, 2), (128, 20, 1))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
+    args = parser.parse_args(argv)
+    if args.train_step:
+        return compare_train_steps(args.steps)
+    configure_process_env("CPU")
+    import mindspore as ms
+    import numpy as np
+    import torch
+    from mindspore import nn, ops
+
+    from ops.depthwise import DepthwiseConv2d, build_kernel_library
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    torch.set_num_threads(args.threads)
+    print_header("depthwise convolution, forward + backward")
+    library = build_kernel_library()
+    if library is None:
+        raise SystemExit("no C++ compiler: the kernel cannot be built here")
+
+    class Grads(nn.Cell):
+        def __init__(self, conv):
+            super().__init__()
+            self.conv = conv
+            self.params = ms.ParameterTuple(conv.trainable_params())
+            self.grad = ops.GradOperation(get_all=True, get_by_list=True)
+
+        def construct(self, x):
+            return self.grad(self.conv, self.params)(x)
+
+    rows = []
+    for c, size, stride in SHAPES:
+        rng = np.random.default_rng(0)
+        x_np = rng.standard_normal((args.batch, c, size, size)).astype(np.float32)
+        x = ms.Tensor(x_np)
+        native = Grads(nn.Conv2d(c, c, 3, stride, pad_mode="pad", padding=1, group=c))
+        custom = Grads(DepthwiseConv2d(c, 3, stride, "HeUniform", library))
+        tconv = torch.nn.Conv2d(c, c, 3, stride, 1, groups=c, bias=False)
+        tx = torch.tensor(x_np, requires_grad=True)
+
+        def run_torch(tconv=tconv, tx=tx):
+            tx.grad = None
+            tconv.weight.grad = None
+            tconv(tx).sum().backward()
+
+        sides = {
+            "mindspore_conv2d": lambda net=native, x=x: net(x)[0][0].asnumpy(),
+            "msdet_kernel": lambda net=custom, x=x: net(x)[0][0].asnumpy(),
+            "pytorch": run_torch,
+        }
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        for _ in range(args.rounds):
+            for name, fn in sides.items():
+                times[name].append(timed(fn, args.steps, 2)[1] * 1000)
+        row = {"channels": c, "size": size, "stride": stride}
+        row.update({k: round(median(v), 2) for k, v in times.items()})
+        rows.append(row)
+        print(
+            f"{c:4d} ch {size:3d}px s{stride}: Conv2D {row['mindspore_conv2d']:7.2f} ms  "
+            f"kernel {row['msdet_kernel']:7.2f} ms  PyTorch {row['pytorch']:7.2f} ms",
+            flush=True,
+        )
+    total = {k: round(sum(r[k] for r in rows), 2) for k in sides}
+    print_result({"batch": args.batch, "rounds": args.rounds, "rows": rows, "total_ms": total})
+    return total
+
+
+def compare_train_steps(steps: int) -> dict:
+    """Median seconds per training step on Conv2D and on the kernel, steps alternating."""
+    import time
+
+    from hydra import compose, initialize_config_dir
+
+    from bench.common import CONFIG_DIR, peak_rss_mb, synthetic_batch
+    from engine.runtime import setup_runtime
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["runtime=cpu"])
+    print_header("YOLOX-nano training step: MindSpore Conv2D vs msdet's depthwise kernel")
+    rt = setup_runtime(cfg.runtime, ".")
+    import mindspore as ms
+
+    from engine.optim import yolox_lr_schedule
+    from engine.trainer import build_train_step
+    from models.loss import YOLOXLoss
+    from models.yolox import build_model
+    from ops import depthwise
+
+    num_classes = 80
+    batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
+    images, targets, mask = (ms.Tensor(a) for a in batch)
+    variants = {"mindspore_conv2d": None, "msdet_kernel": rt.dw_kernel}
+    if rt.dw_kernel is None:
+        raise SystemExit("the depthwise kernel is not available here (no compiler?)")
+    train_steps, first = {}, {}
+    for name, library in variants.items():
+        depthwise.set_custom_kernel_library(library)
+        ms.set_seed(0)
+        net = build_model(cfg.model, num_classes)
+        lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
+        train_steps[name] = build_train_step(net, YOLOXLoss(num_classes), lrs, cfg.train, rt)
+        start = time.perf_counter()
+        train_steps[name](images, targets, mask)[0].asnumpy()
+        first[name] = round(time.perf_counter() - start, 2)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(steps + 1):
+        for name, step in train_steps.items():
+            start = time.perf_counter()
+            step(images, targets, mask)[0].asnumpy()
+            if i > 0:  # the first round warms up
+                times[name].append(time.perf_counter() - start)
+    result = {name: round(median(t), 3) for name, t in times.items()}
+    ratio = round(result["mindspore_conv2d"] / result["msdet_kernel"], 2)
+    print(f"step s: {result}  speed-up {ratio}x", flush=True)
+    print_result(
+        {
+            "step_s": result,
+            "speedup": ratio,
+            "first_step_s": first,
+            "steps": steps,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

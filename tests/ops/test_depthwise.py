@@ -1,0 +1,173 @@
+"""ops.depthwise: the compiled depthwise kernel against MindSpore's Conv2D, and its build."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn, ops
+
+from ops import depthwise
+from ops.depthwise import DepthwiseConv2d, build_kernel_library
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    lib = build_kernel_library(str(tmp_path_factory.mktemp("kernels")))
+    if lib is None:
+        pytest.skip("no C++ compiler on this machine")
+    return lib
+
+
+class WithSens(nn.Cell):
+    """sum(conv(x) * dy): its gradients are the backward pass fed ``dy``."""
+
+    def __init__(self, conv: nn.Cell, dy: ms.Tensor):
+        super().__init__()
+        self.conv = conv
+        self.dy = dy
+
+    def construct(self, x):
+        return (self.conv(x) * self.dy).sum()
+
+
+class Grads(nn.Cell):
+    """Output, d/dx and d/dweight of ``WithSens`` in one compiled graph."""
+
+    def __init__(self, net: WithSens):
+        super().__init__()
+        self.net = net
+        self.params = ms.ParameterTuple(net.trainable_params())
+        self.grad = ops.GradOperation(get_all=True, get_by_list=True)
+
+    def construct(self, x):
+        dx, dw = self.grad(self.net, self.params)(x)
+        return self.net.conv(x), dx[0], dw[0]
+
+
+def _run_both(library: str, shape: tuple, ksize: int, stride: int) -> tuple:
+    n, c, h, w = shape
+    rng = np.random.default_rng(sum(shape) + stride)
+    x = ms.Tensor(rng.standard_normal(shape).astype(np.float32))
+    weight = rng.standard_normal((c, 1, ksize, ksize)).astype(np.float32)
+    native = nn.Conv2d(
+        c, c, ksize, stride, pad_mode="pad", padding=(ksize - 1) // 2, group=c, has_bias=False
+    )
+    native.weight.set_data(ms.Tensor(weight))
+    custom = DepthwiseConv2d(c, ksize, stride, "zeros", library)
+    custom.weight.set_data(ms.Tensor(weight))
+    out_shape = native(x).shape
+    dy = ms.Tensor(rng.standard_normal(out_shape).astype(np.float32))
+    ref = [t.asnumpy() for t in Grads(WithSens(native, dy))(x)]
+    got = [t.asnumpy() for t in Grads(WithSens(custom, dy))(x)]
+    return ref, got
+
+
+@pytest.mark.parametrize(
+    "shape, ksize, stride",
+    [
+        ((2, 3, 9, 7), 3, 1),
+        ((2, 3, 9, 7), 3, 2),  # odd sizes: the last output column sees the padding
+        ((3, 4, 10, 11), 3, 2),
+        ((1, 5, 6, 8), 3, 2),
+        ((2, 4, 13, 9), 5, 1),
+        ((2, 16, 40, 40), 3, 1),  # a YOLOX-nano size: long sums for the weight gradient
+    ],
+)
+def test_matches_conv2d_forward_and_gradients_in_graph_mode(
+    library, graph_mode, shape, ksize, stride
+):
+    ref, got = _run_both(library, shape, ksize, stride)
+    for name, r, g in zip(("output", "grad input", "grad weight"), ref, got):
+        assert g.shape == r.shape, name
+        # float32 rounding of sums of up to N*H*W terms, relative to the largest value
+        assert np.abs(g - r).max() <= 1e-5 * max(1.0, np.abs(r).max()), name
+
+
+def test_matches_conv2d_in_pynative_mode(library):
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ref, got = _run_both(library, (2, 3, 11, 9), 3, 2)
+    finally:
+        ms.set_context(mode=previous)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=0, atol=1e-5 * max(1.0, np.abs(r).max()))
+
+
+def test_unsupported_stride_and_kernel_size_are_refused(library):
+    with pytest.raises(ValueError, match="strides"):
+        DepthwiseConv2d(4, 3, 3, "zeros", library)
+    with pytest.raises(ValueError, match="odd kernel size"):
+        DepthwiseConv2d(4, 2, 1, "zeros", library)
+
+
+def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
+    first = build_kernel_library(str(tmp_path))
+    if first is None:
+        pytest.skip("no C++ compiler on this machine")
+    built_at = os.path.getmtime(first)
+    assert build_kernel_library(str(tmp_path)) == first
+    assert os.path.getmtime(first) == built_at  # not rebuilt
+    # Another CPU must not load code compiled with -march=native for this one.
+    monkeypatch.setattr(depthwise, "_cpu_signature", lambda: "model name : another CPU")
+    other = build_kernel_library(str(tmp_path))
+    assert other is not None and other != first
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(first), os.path.basename(other)]
+    )
+
+
+def test_missing_compiler_falls_back_with_one_log_line(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
+        assert build_kernel_library(str(tmp_path)) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "ops.depthwise"]
+    assert len(lines) == 1 and "no C++ compiler" in lines[0] and "Conv2D" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_broken_compiler_falls_back(tmp_path, monkeypatch, caplog):
+    fake = tmp_path / "cxx"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo fake 1.0; exit 0; fi\necho boom >&2; exit 1\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    cache = tmp_path / "cache"
+    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
+        assert build_kernel_library(str(cache)) is None
+    assert any("boom" in r.getMessage() for r in caplog.records)
+    assert os.listdir(cache) == []  # no half-written library left behind
+
+
+def test_models_use_the_kernel_only_when_enabled(library):
+    from models.layers import DWConv
+
+    previous = depthwise.custom_kernel_library()
+    try:
+        depthwise.set_custom_kernel_library(library)
+        fast = DWConv(8, 16, 3, stride=2)
+        depthwise.set_custom_kernel_library(None)
+        plain = DWConv(8, 16, 3, stride=2)
+    finally:
+        depthwise.set_custom_kernel_library(previous)
+    assert isinstance(fast.dconv.conv, DepthwiseConv2d)
+    assert type(plain.dconv.conv) is nn.Conv2d
+    assert type(fast.pconv.conv) is nn.Conv2d  # 1x1 pointwise stays on Conv2D
+    # Checkpoints are interchangeable: same names and shapes.
+    names = lambda cell: [(p.name, p.shape) for p in cell.get_parameters()]  # noqa: E731
+    assert names(fast) == names(plain)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        depthwise.set_custom_kernel_library("/nonexistent/lib.so")
+
+
+def test_unwritable_cache_falls_back(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
+        assert build_kernel_library(str(blocker / "kernels")) is None
+    assert any("Conv2D" in r.getMessage() for r in caplog.records)
