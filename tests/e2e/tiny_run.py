@@ -12,8 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Small enough for ~30 s per run on 2 cores (most of it graph compilation).
 TINY = [
     "runtime=cpu",
-    "data.num_train=24",  # TINY_TRAIN
-    "data.num_val=8",  # TINY_VAL
+    "data.num_train=24",
+    "data.num_val=8",
     "data.img_size=[128,128]",
     "eval.img_size=[128,128]",
     "eval.batch_size=4",
@@ -24,21 +24,19 @@ TINY = [
 ]
 
 
-TINY_TRAIN, TINY_VAL, SHAPES_SEED = 24, 8, 0
-
-
 def tiny_val_split(cache_dir) -> tuple[Path, Path]:
     """(annotation file, image folder) of the TINY set's val split, generated if missing
-    (so that a test reading it runs alone, without a training run before it)."""
-    from data.synthetic import ensure_shapes_dataset, shapes_root
+    (so that a test reading it runs alone, without a training run before it). The set is
+    found as train.py finds it: from the composed config with TINY's data overrides."""
+    from hydra import compose, initialize_config_dir
 
-    root = ensure_shapes_dataset(
-        shapes_root(str(cache_dir), SHAPES_SEED, TINY_TRAIN, TINY_VAL),
-        TINY_TRAIN,
-        TINY_VAL,
-        SHAPES_SEED,
-    )
-    return Path(root) / "annotations" / "instances_val.json", Path(root) / "val"
+    from data.build import build_sources
+
+    data_overrides = [o for o in TINY if o.startswith("data.")]
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
+        cfg = compose("config", overrides=[*data_overrides, f"data.cache_dir={cache_dir}"])
+    _, val = build_sources(cfg.data)
+    return Path(val.ann_file), Path(val.img_dir)
 
 
 def run_entry(
