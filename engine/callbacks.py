@@ -29,6 +29,7 @@ from engine.step_stats import LOSS_TERMS, read_and_reset
 log = logging.getLogger("train")
 
 LOSS_NAMES = LOSS_TERMS
+LONG_OVERFLOW_RUN = 10  # overflowed steps in a row that make the overflow line a warning
 # Positions in the training step's outputs (see engine.train_step.TrainStep).
 OUT_LR, OUT_SCALE = 6, 7
 
@@ -150,11 +151,20 @@ class StepStats(EpochCallback):
         last_step = (cb.cur_step_num - 1) % st.steps_per_epoch + 1
         first_step = last_step - read["steps"] + read["first_skip"]
         if self.dynamic_scale:
-            log.warning(
-                "epoch %d steps %d-%d: %d overflowed steps skipped, loss scale now %g",
+            # A few overflows while the dynamic scale finds its level are normal (the scale
+            # halves on each): information, not a warning, unless they come in long runs.
+            level = logging.WARNING if read["max_skip_run"] >= LONG_OVERFLOW_RUN else logging.INFO
+            where = (
+                f"step {first_step}"
+                if first_step == last_step
+                else f"steps {first_step}-{last_step}"
+            )
+            log.log(
+                level,
+                "epoch %d %s: %d step(s) skipped for fp16 overflow (the loss scale halves on each; "
+                "%g at the last step)",
                 st.epoch,
-                first_step,
-                last_step,
+                where,
                 read["skipped"],
                 st.loss_scale,
             )
