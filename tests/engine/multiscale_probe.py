@@ -20,7 +20,9 @@ from engine.train_step import TrainStep
 
 
 class _SizeProbe(nn.Cell):
-    """A small conv 'network with loss' that also reports the input size it received."""
+    """A small conv 'network with loss' that also reports the input size it received, in
+    the six outputs the training step expects of a network with loss (total, iou, obj,
+    cls, l1, num_fg): here (loss, height, width, first target's cx, 0, 0)."""
 
     def __init__(self):
         super().__init__()
@@ -30,7 +32,15 @@ class _SizeProbe(nn.Cell):
         loss = self.conv(images * (1.0 / 255)).mean() + 0.0 * (targets.sum() + mask.sum())
         h = ops.shape(images)[2] * 1.0
         w = ops.shape(images)[3] * 1.0
-        return loss, ms.Tensor(h, ms.float32), ms.Tensor(w, ms.float32), targets[0, 0, 1]
+        zero = ops.zeros((), ms.float32)
+        return (
+            loss,
+            ms.Tensor(h, ms.float32),
+            ms.Tensor(w, ms.float32),
+            targets[0, 0, 1],
+            zero,
+            zero,
+        )
 
 
 class _Record(Callback):
