@@ -26,7 +26,7 @@ import pytest
 
 from tests.e2e import dp_overflow, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
-from tests.e2e.tiny_run import ROOT, run_entry
+from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
@@ -51,12 +51,7 @@ TINY_DP = [
     "train.log_interval=1",
     "train.lr_per_img=0.01",
     "train.tensorboard=false",
-    "data.aug.mosaic_prob=0",
-    "data.aug.hsv_prob=0",
-    "data.aug.flip_prob=0",
-    "data.aug.degrees=0",
-    "data.aug.translate=0",
-    "data.aug.shear=0",
+    *NO_AUG,
 ]
 
 

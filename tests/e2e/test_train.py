@@ -15,7 +15,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.e2e.tiny_run import ROOT, TINY, read_results, run_entry
+from tests.e2e.tiny_run import NO_AUG, ROOT, TINY, read_results, run_entry
 
 pytestmark = pytest.mark.slow
 
@@ -91,12 +91,7 @@ OVERFIT = [
     "train.lr_per_img=0.005",
     "train.ema=false",
     "train.tensorboard=false",
-    "data.aug.mosaic_prob=0",
-    "data.aug.hsv_prob=0",
-    "data.aug.flip_prob=0",
-    "data.aug.degrees=0",
-    "data.aug.translate=0",
-    "data.aug.shear=0",
+    *NO_AUG,
 ]
 
 

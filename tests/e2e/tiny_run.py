@@ -24,6 +24,17 @@ TINY = [
 ]
 
 
+# Every augmentation off: the same images each epoch (runs that must fit a fixed batch).
+NO_AUG = [
+    "data.aug.mosaic_prob=0",
+    "data.aug.hsv_prob=0",
+    "data.aug.flip_prob=0",
+    "data.aug.degrees=0",
+    "data.aug.translate=0",
+    "data.aug.shear=0",
+]
+
+
 def tiny_val_split(cache_dir) -> tuple[Path, Path]:
     """(annotation file, image folder) of the TINY set's val split, generated if missing
     (so that a test reading it runs alone, without a training run before it). The set is
