@@ -89,8 +89,17 @@ def test_profiler_writes_the_run_folder_and_prints_top_operators(debug_run):
     )
     assert len(stats) == 1
     assert "Top operators by time" in out.stdout
-    table = out.stdout.split("Top operators by time", 1)[1].splitlines()[2:6]
-    assert any(line.startswith("Conv2D") for line in table)  # a conv net: convs on top
+    lines = out.stdout.split("Top operators by time", 1)[1].splitlines()[2:17]
+    table = [line.split() for line in lines if line.strip().endswith("%")]
+    names = [row[0] for row in table]
+    times = [float(row[1]) for row in table]
+    # Which operator leads depends on the image size and the depthwise kernel in use (at
+    # 64 px the per-parameter EMA and SGD updates rival the convolutions), so the check is
+    # that the table is the profile's: a conv net's forward and backward convolutions are
+    # in it, ordered by time, with shares that add up to at most the whole.
+    assert {"Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"} <= set(names), names
+    assert times == sorted(times, reverse=True) and times[0] > 0
+    assert sum(float(row[2].rstrip("%")) for row in table) <= 100.5
     assert "will be deprecated" not in out.stdout + out.stderr  # the current profiler API
 
 
