@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from engine.cli import prepare_config, user_errors
-from engine.runtime import setup_runtime
+from engine.runtime import graph_key, setup_runtime
 
 log = logging.getLogger("train")
 
@@ -23,7 +23,9 @@ log = logging.getLogger("train")
 def main(cfg: DictConfig) -> None:
     with user_errors():
         prepare_config(cfg)
-        rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+        rt = setup_runtime(
+            cfg.runtime, HydraConfig.get().runtime.output_dir, graph_key=graph_key(cfg)
+        )
         # Imports MindSpore: only after setup_runtime prepared the process environment.
         from engine.trainer import TrainingFailedError, run_training
 

@@ -28,6 +28,25 @@ ONEDNN_ISA_VALUE = "AVX2"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
+# MindSpore's persistent compile cache (runtime.compile_cache): it names graphs by compile
+# order and checks only the Python sources they came from, so msdet gives every graph-
+# relevant configuration its own folder. These keys change no compiled graph: a resumed
+# run, or one with another time limit or data folder, finds the first run's graphs.
+COMPILE_CACHE_VARS = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH")
+GRAPH_NEUTRAL_KEYS = (
+    "train.resume",
+    "train.time_limit_min",
+    "train.stop_at_epoch",
+    "train.tensorboard",
+    "data.root",
+    "data.cache_dir",
+    "data.num_workers",
+    "data.python_multiprocessing",
+    "runtime.compile_cache",
+    "runtime.profile_steps",
+    "runtime.save_graphs",
+)
+
 # Ascend operator precision. The Atlas training series defaults to force_fp16, which runs
 # every operator that has an fp16 kernel in fp16, fp32 graphs and AMP black-listed layers
 # included; must_keep_origin_dtype keeps each operator in the dtype the graph gives it, so
@@ -177,13 +196,19 @@ def resolve_sink(sink: Any, device: str) -> bool:
     return bool(sink)
 
 
-def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) -> Runtime:
+def setup_runtime(
+    cfg: Any,
+    run_dir: str = ".",
+    dw_kernel: str | None = None,
+    graph_key: str | None = None,
+) -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
-    threads, deterministic, distributed (optional: dw_kernel, sync_bn). ``dw_kernel``
-    overrides ``cfg.dw_kernel`` (export.py: native operators only). Call before building
-    any network.
+    threads, deterministic, distributed (optional: dw_kernel, sync_bn, compile_cache).
+    ``dw_kernel`` overrides ``cfg.dw_kernel`` (export.py: native operators only).
+    ``graph_key`` (:func:`graph_key` of the whole config) turns on MindSpore's persistent
+    compile cache when ``cfg.compile_cache`` is true. Call before building any network.
     """
     device = resolve_device(cfg.device)
     if cfg.mode not in MODES:
@@ -247,11 +272,48 @@ def setup_runtime(cfg: Any, run_dir: str = ".", dw_kernel: str | None = None) ->
         precision_mode=precision,
         dw_kernel=dw_kernel,
     )
+    if cfg.get("compile_cache", False):
+        if graph_key is None:
+            raise ValueError("runtime.compile_cache is only available to train.py")
+        from ops.depthwise import user_cache_dir
+
+        folder = compile_cache_folder(
+            user_cache_dir("graphs"), graph_key, device, dw_kernel, ms.__version__
+        )
+        os.environ.update(dict(zip(COMPILE_CACHE_VARS, ("1", folder))))
+        log.info("compile cache: graphs kept in %s", folder)
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
     if dw_kernel:
         log.info("CPU: depthwise convolutions on msdet's compiled kernel (%s)", dw_kernel)
     return rt
+
+
+def graph_key(cfg: Any) -> str:
+    """The composed config as canonical JSON, without :data:`GRAPH_NEUTRAL_KEYS`: two runs
+    with the same key compile the same graphs (given the same sources, which MindSpore's
+    cache checks itself)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    for dotted in GRAPH_NEUTRAL_KEYS:
+        group, _, key = dotted.partition(".")
+        if isinstance(tree.get(group), dict):
+            tree[group].pop(key, None)
+    return json.dumps(tree, sort_keys=True, default=str)
+
+
+def compile_cache_folder(
+    root: str, key: str, device: str, dw_kernel: str | None, version: str
+) -> str:
+    """``root/<digest>``: one folder per graph key, device, depthwise kernel library and
+    MindSpore version (MindSpore adds ``rank_<n>/`` inside for each rank)."""
+    import hashlib
+
+    digest = hashlib.sha256("\n".join((key, device, str(dw_kernel), version)).encode()).hexdigest()
+    return os.path.join(root, digest[:16])
 
 
 def cpu_threads(requested: Any) -> int | None:

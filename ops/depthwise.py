@@ -55,12 +55,17 @@ def set_custom_kernel_library(path: str | None) -> None:
     _library = path
 
 
-def default_cache_dir() -> str:
-    """``$MSDET_CACHE_DIR/kernels`` or ``~/.cache/msdet/kernels`` (``$XDG_CACHE_HOME``)."""
+def user_cache_dir(name: str) -> str:
+    """``$MSDET_CACHE_DIR/<name>`` or ``~/.cache/msdet/<name>`` (``$XDG_CACHE_HOME``)."""
     if os.environ.get(CACHE_VAR):
-        return os.path.join(os.path.abspath(os.environ[CACHE_VAR]), "kernels")
+        return os.path.join(os.path.abspath(os.environ[CACHE_VAR]), name)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "msdet", "kernels")
+    return os.path.join(base, "msdet", name)
+
+
+def default_cache_dir() -> str:
+    """Where compiled kernels are kept: :func:`user_cache_dir` ``("kernels")``."""
+    return user_cache_dir("kernels")
 
 
 def _cpu_signature() -> str:

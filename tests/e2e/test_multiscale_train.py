@@ -38,7 +38,14 @@ def expected(first: int, last: int) -> dict[tuple[int, int], int]:
     return counts
 
 
-def test_multiscale_trains_several_sizes_and_resume_continues(tmp_path, cache_dir):
+# MindSpore's own log line when a graph comes from the persistent compile cache.
+CACHE_HIT = "Use the compilation cache"
+
+
+def test_multiscale_trains_several_sizes_and_resume_continues(tmp_path, cache_dir, monkeypatch):
+    """With runtime.compile_cache on: the first run compiles every size up front (3 for
+    range 1), the resumed run loads them all from the cache and compiles none."""
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "msdet-cache"))  # graphs, kernel
     run = tmp_path / "run"
     common = [
         "train.epochs=2",
@@ -48,17 +55,26 @@ def test_multiscale_trains_several_sizes_and_resume_continues(tmp_path, cache_di
         "train.multiscale_interval=2",
         "train.tensorboard=false",
         "eval.img_size=[160,160]",
+        "runtime.compile_cache=true",
     ]
     # Each size compiles its own graph (1-3 min on a loaded 2-core CPU).
     out = run_entry("train.py", run, cache_dir, *common, "train.stop_at_epoch=1", timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = Path(os.path.join(run, "train.log")).read_text()
     assert steps_per_size(log) == expected(0, 6)  # 24 images / batch 4: 6 steps an epoch
-    assert len(re.findall(r"training graph for \d+x\d+ compiled", log)) == len(expected(0, 6))
+    assert len(expected(0, 6)) < 3  # so that compiling all three sizes up front shows
+    assert len(re.findall(r"training graph for \d+x\d+ compiled", log)) == 3
     assert "mAP" in log  # evaluated (at eval.img_size: its own network, not resized)
+    assert CACHE_HIT not in out.stdout + out.stderr
+    graphs = list((tmp_path / "msdet-cache" / "graphs").rglob("compile_cache_*.mindir"))
+    assert len(graphs) >= 4  # three training sizes and the evaluation network
 
     out = run_entry("train.py", run, cache_dir, *common, "train.resume=auto", timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = Path(os.path.join(run, "train.log")).read_text()
     assert "resumed from" in log
     assert steps_per_size(log) == expected(6, 12)  # the sequence continues at step 6
+    assert (out.stdout + out.stderr).count(CACHE_HIT) >= 4  # every graph loaded, none compiled
+    assert sorted((tmp_path / "msdet-cache" / "graphs").rglob("compile_cache_*.mindir")) == sorted(
+        graphs
+    )

@@ -181,3 +181,80 @@ def test_depthwise_kernel_on_cpu_only(tmp_path, monkeypatch):
             runtime.setup_depthwise_kernel("fast", "CPU")
     finally:
         depthwise.set_custom_kernel_library(previous)
+
+
+def _composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_graph_key_ignores_what_changes_no_graph():
+    base = runtime.graph_key(_composed())
+    # A resumed run, another time limit or data folder: the same graphs.
+    for neutral in ("train.resume=auto", "train.time_limit_min=5", "data.root=/elsewhere"):
+        assert runtime.graph_key(_composed(neutral)) == base, neutral
+    # Batch, size range, model and precision change the graphs.
+    for changing in (
+        "train.batch_size=4",
+        "train.multiscale_range=2",
+        "model=yolox_s",
+        "runtime.amp=O2",
+        "data.img_size=[256,256]",
+    ):
+        assert runtime.graph_key(_composed(changing)) != base, changing
+
+
+def test_compile_cache_folder_per_key_device_kernel_and_version():
+    folder = runtime.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.10.0")
+    assert os.path.dirname(folder) == "/c" and len(os.path.basename(folder)) == 16
+    assert folder == runtime.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.10.0")
+    others = {
+        runtime.compile_cache_folder("/c", "k2", "CPU", "/lib/a.so", "2.10.0"),
+        runtime.compile_cache_folder("/c", "k", "Ascend", "/lib/a.so", "2.10.0"),
+        runtime.compile_cache_folder("/c", "k", "CPU", None, "2.10.0"),
+        runtime.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.11.0"),
+    }
+    assert folder not in others and len(others) == 4
+
+
+CACHE_PROBE = """
+import json, os, sys
+from omegaconf import OmegaConf
+from engine.runtime import setup_runtime
+cfg = OmegaConf.merge(OmegaConf.load("configs/runtime/auto.yaml"), json.loads(sys.argv[1]))
+try:
+    setup_runtime(cfg, ".", graph_key=sys.argv[2] or None)
+except ValueError as err:
+    print(json.dumps({"error": str(err)}))
+    sys.exit(0)
+print(json.dumps({k: os.environ.get(k) for k in ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH")}))
+"""
+
+
+def _cache_env(tmp_path, key: str, **overrides) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MS_COMPILER_CACHE")}
+    env["MSDET_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", CACHE_PROBE, json.dumps({"device": "CPU", **overrides}), key],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_compile_cache_switch_sets_mindspores_cache_folder(tmp_path):
+    on = _cache_env(tmp_path, "key-a", compile_cache=True)
+    assert on["MS_COMPILER_CACHE_ENABLE"] == "1"
+    assert os.path.dirname(on["MS_COMPILER_CACHE_PATH"]) == str(tmp_path / "graphs")
+    assert _cache_env(tmp_path, "key-a", compile_cache=True) == on  # a repeated run: same folder
+    other = _cache_env(tmp_path, "key-b", compile_cache=True)["MS_COMPILER_CACHE_PATH"]
+    assert other != on["MS_COMPILER_CACHE_PATH"]
+    off = _cache_env(tmp_path, "key-a", compile_cache=False)
+    assert off == {"MS_COMPILER_CACHE_ENABLE": None, "MS_COMPILER_CACHE_PATH": None}
+    assert "train.py" in _cache_env(tmp_path, "", compile_cache=True)["error"]
