@@ -1,0 +1,190 @@
+"""Where the training step's memory goes: resident memory stage by stage, both sides.
+
+    python -m bench.memory [--model yolox_nano] [--batch 8] [--img 320] [--steps 5]
+                           [--num-classes 80] [--side msdet|pytorch|both] [key=value ...]
+
+One fresh process per side runs what ``bench.compare_torch`` times (the same synthetic
+batch, no data pipeline) and reads Linux's ``VmRSS`` (resident now) and ``VmHWM`` (peak
+since the last reset; reset through ``/proc/self/clear_refs``) after each stage:
+framework import, network built, training step built, first step (msdet: graph
+compilation + the first run), the following steps (steady state), and, for msdet, the
+same process after one inference graph. Each stage's ``peak`` is the highest resident
+memory *during* that stage, so compile-time transients show apart from what stays.
+Trailing key=value arguments are Hydra overrides for msdet (e.g. ``runtime.dw_kernel=native``).
+The last line is ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from bench.common import print_header, print_result, read_result
+
+
+def _status_mb() -> tuple[float, float]:
+    """(resident now, peak since the last reset) of this process, MiB."""
+    now = peak = 0.0
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                now = int(line.split()[1]) / 1024.0
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024.0
+    return now, peak
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="utf-8") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Stages:
+    """Records (stage, resident after, peak during) as a process goes."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.resets = _reset_peak()
+
+    def mark(self, name: str) -> None:
+        now, peak = _status_mb()
+        self.rows.append({"stage": name, "rss_mb": round(now, 1), "peak_mb": round(peak, 1)})
+        print(f"  {name:<34} resident {now:8.1f} MiB   peak during {peak:8.1f} MiB", flush=True)
+        _reset_peak()
+
+
+def msdet_side(args, overrides: list[str]) -> dict:
+    stages = Stages()
+    from hydra import compose, initialize_config_dir
+
+    from bench.common import CONFIG_DIR, synthetic_batch
+    from engine.cli import prepare_config
+    from engine.runtime import setup_runtime
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                f"model={args.model}",
+                f"train.batch_size={args.batch}",
+                f"data.img_size=[{args.img},{args.img}]",
+                f"eval.img_size=[{args.img},{args.img}]",
+                f"eval.batch_size={args.batch}",
+                "data.max_objects=50",
+                *overrides,
+            ],
+        )
+    prepare_config(cfg)
+    rt = setup_runtime(cfg.runtime, ".")
+    import mindspore as ms
+
+    from engine.optim import yolox_lr_schedule
+    from engine.trainer import apply_amp, build_train_step
+    from models.loss import YOLOXLoss
+    from models.yolox import build_model
+
+    stages.mark("import + runtime")
+    net = build_model(cfg.model, args.num_classes)
+    apply_amp(net, rt)
+    stages.mark("network built")
+    loss = YOLOXLoss(args.num_classes, assigner_rule=str(cfg.train.assigner.rule))
+    lrs = yolox_lr_schedule(0.01, args.steps + 2, 1, 0, 0)
+    step = build_train_step(net, loss, lrs, cfg.train, rt)
+    stages.mark("training step built (optimizer, EMA)")
+    images, targets, mask = (
+        ms.Tensor(a)
+        for a in synthetic_batch(args.batch, args.img, args.num_classes, 50, args.objects)
+    )
+    step(images, targets, mask)[0].asnumpy()
+    stages.mark("first step (compile + run)")
+    for _ in range(args.steps):
+        step(images, targets, mask)[0].asnumpy()
+    stages.mark(f"next {args.steps} steps")
+    from models.inference import InferenceNet, build_nms
+
+    net.set_train(False)
+    infer = InferenceNet(net, build_nms(cfg.eval, args.num_classes))
+    for _ in range(2):
+        infer(images)[0].asnumpy()
+    stages.mark("+ inference graph (2 batches)")
+    return {"framework": "msdet", "dw_kernel": rt.dw_kernel is not None, "stages": stages.rows}
+
+
+def pytorch_side(args) -> dict:
+    stages = Stages()
+    from bench.common import synthetic_batch
+    from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
+    from models.yolox import load_model_config
+
+    import_yolox()
+    import torch
+    from yolox.utils import ModelEMA
+
+    stages.mark("import")
+    model = build_torch_yolox(load_model_config(args.model), args.num_classes)
+    model.train()
+    stages.mark("network built")
+    opt, ema = yolox_optimizer(model), ModelEMA(model, 0.9998)
+    stages.mark("training step built (optimizer, EMA)")
+    images, targets, mask = synthetic_batch(
+        args.batch, args.img, args.num_classes, 120, args.objects
+    )
+    x, labels = torch.from_numpy(images), torch.from_numpy(targets * mask[..., None])
+
+    def step():
+        loss = model(x, labels)["total_loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ema.update(model)
+
+    step()
+    stages.mark("first step")
+    for _ in range(args.steps):
+        step()
+    stages.mark(f"next {args.steps} steps")
+    return {"framework": "pytorch", "threads": torch.get_num_threads(), "stages": stages.rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="yolox_nano")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--img", type=int, default=320)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--objects", type=int, default=5)
+    parser.add_argument("--num-classes", type=int, default=80)
+    parser.add_argument("--side", choices=("msdet", "pytorch", "both"), default="both")
+    args, overrides = parser.parse_known_args(argv)
+    if args.side != "both":
+        print_header(f"memory by stage: {args.side}")
+        res = msdet_side(args, overrides) if args.side == "msdet" else pytorch_side(args)
+        res["peak_mb"] = max(r["peak_mb"] for r in res["stages"])
+        res["peak_resets"] = Stages().resets
+        print_result(res)
+        return res
+    print_header("memory by stage: msdet and the PyTorch original")
+    result = {}
+    given = list(sys.argv[1:] if argv is None else argv)
+    passed = [a for i, a in enumerate(given) if a != "--side" and given[i - 1 : i] != ["--side"]]
+    for side in ("pytorch", "msdet"):
+        cmd = [sys.executable, "-m", "bench.memory", "--side", side, *passed]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{side} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+        print(out.stdout.split("command:", 1)[-1].split("\n", 1)[-1].rsplit("RESULT", 1)[0])
+        result[side] = read_result(out.stdout)
+    print(json.dumps({s: r["peak_mb"] for s, r in result.items()}))
+    print_result(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
