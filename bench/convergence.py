@@ -3,7 +3,7 @@
     python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
                                 [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
                                 [--multiscale R]
-                                [--min-object-size 24]
+                                [--min-object-size 24] [--set train.lr_per_img=X ...]
 
 Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
 warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
@@ -47,6 +47,7 @@ def run_msdet(args, out: str) -> dict:
         f"train.time_limit_min={args.minutes}",
         "train.tensorboard=false",
         f"train.multiscale_range={args.multiscale}",
+        *args.set,
         f"hydra.run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
@@ -131,6 +132,13 @@ def main(argv: list[str] | None = None) -> dict:
         "--multiscale", type=int, default=0, help="multi-scale range R for both sides (0: off)"
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a train.* or data.aug.* override for both sides, e.g. train.lr_per_img=0.00125",
+    )
+    parser.add_argument(
         "--only",
         choices=("msdet", "pytorch"),
         default=None,
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"data.num_train={args.num_train}",
                 f"data.num_val={args.num_val}",
                 f"data.min_object_size={args.min_object_size}",
+                *args.set,
             ],
         )
     from data.build import build_sources  # generates the shapes set once, for both sides
@@ -187,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         "num_train": args.num_train,
         "multiscale_range": args.multiscale,
         "min_object_size": args.min_object_size,
+        "overrides": args.set,
         **summary,
         "plot": os.path.join(out, "convergence.png"),
     }
