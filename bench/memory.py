@@ -114,7 +114,12 @@ def msdet_side(args, overrides: list[str]) -> dict:
     for _ in range(2):
         infer(images)[0].asnumpy()
     stages.mark("+ inference graph (2 batches)")
-    return {"framework": "msdet", "dw_kernel": rt.dw_kernel is not None, "stages": stages.rows}
+    return {
+        "framework": "msdet",
+        "dw_kernel": rt.dw_kernel is not None,
+        "peak_resets": stages.resets,
+        "stages": stages.rows,
+    }
 
 
 def pytorch_side(args) -> dict:
@@ -150,7 +155,12 @@ def pytorch_side(args) -> dict:
     for _ in range(args.steps):
         step()
     stages.mark(f"next {args.steps} steps")
-    return {"framework": "pytorch", "threads": torch.get_num_threads(), "stages": stages.rows}
+    return {
+        "framework": "pytorch",
+        "threads": torch.get_num_threads(),
+        "peak_resets": stages.resets,
+        "stages": stages.rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -167,7 +177,6 @@ def main(argv: list[str] | None = None) -> dict:
         print_header(f"memory by stage: {args.side}")
         res = msdet_side(args, overrides) if args.side == "msdet" else pytorch_side(args)
         res["peak_mb"] = max(r["peak_mb"] for r in res["stages"])
-        res["peak_resets"] = Stages().resets
         print_result(res)
         return res
     print_header("memory by stage: msdet and the PyTorch original")

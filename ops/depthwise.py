@@ -158,19 +158,16 @@ def depthwise_ops(library: str, stride: int):
     def weight_shape(_x, _dy, w):
         return w
 
-    def dtype_first(first, *_):
-        return first
-
     grad_input = ops.Custom(
         f"{library}:DepthwiseConvGradInputS{stride}",
         out_shape=same_as_first,
-        out_dtype=dtype_first,
+        out_dtype=same_as_first,
         func_type="aot",
     )
     grad_weight = ops.Custom(
         f"{library}:DepthwiseConvGradWeightS{stride}",
         out_shape=weight_shape,
-        out_dtype=dtype_first,
+        out_dtype=same_as_first,
         func_type="aot",
     )
 
@@ -180,7 +177,7 @@ def depthwise_ops(library: str, stride: int):
     return ops.Custom(
         f"{library}:DepthwiseConvForwardS{stride}",
         out_shape=fwd_shape,
-        out_dtype=dtype_first,
+        out_dtype=same_as_first,
         func_type="aot",
         bprop=bprop,
     )
