@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit("export.py needs a checkpoint: python export.py ckpt=PATH")
         run_dir = HydraConfig.get().runtime.output_dir
         # An exported file must run where msdet's compiled CPU kernel does not exist.
-        setup_runtime(cfg.runtime, run_dir, dw_kernel="native")
+        setup_runtime(cfg.runtime, run_dir, cpu_kernels="native")
         # These import MindSpore, which must load after setup_runtime prepared the environment.
         from models.inference import (
             ExportError,

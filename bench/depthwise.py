@@ -10,7 +10,9 @@ the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSp
 hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
 
 ``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
-twice in one process, once on Conv2D and once on the kernel, and alternates their steps.
+twice in one process, once on MindSpore's operators and once on msdet's kernels (depthwise
+convolutions and the fused BatchNorm + SiLU, ``ops.cpu_kernels``), and alternates their
+steps. msdet's kernels use ``--threads`` threads in both modes.
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--train-step", action="store_true", help="whole training step instead")
     args = parser.parse_args(argv)
     if args.train_step:
-        return compare_train_steps(args.steps)
+        return compare_train_steps(args.steps, args.threads)
     configure_process_env("CPU")
     import mindspore as ms
     import numpy as np
     import torch
     from mindspore import nn, ops
 
-    from ops.depthwise import DepthwiseConv2d, build_kernel_library
+    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+    from ops.depthwise import DepthwiseConv2d
 
     ms.set_context(mode=ms.GRAPH_MODE)
     torch.set_num_threads(args.threads)
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     library = build_kernel_library()
     if library is None:
         raise SystemExit("no C++ compiler: the kernel cannot be built here")
+    set_kernel_threads(library, args.threads)
 
     class Grads(nn.Cell):
         def __init__(self, conv):
@@ -97,8 +101,9 @@ def main(argv: list[str] | None = None) -> dict:
     return total
 
 
-def compare_train_steps(steps: int) -> dict:
-    """Median seconds per training step on Conv2D and on the kernel, steps alternating."""
+def compare_train_steps(steps: int, threads: int) -> dict:
+    """Median seconds per training step on MindSpore's operators and on msdet's kernels,
+    steps alternating."""
     import time
 
     from hydra import compose, initialize_config_dir
@@ -107,8 +112,8 @@ def compare_train_steps(steps: int) -> dict:
     from engine.runtime import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=["runtime=cpu"])
-    print_header("YOLOX-nano training step: MindSpore Conv2D vs msdet's depthwise kernel")
+        cfg = compose("config", overrides=["runtime=cpu", f"runtime.threads={threads}"])
+    print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
 
@@ -116,17 +121,17 @@ def compare_train_steps(steps: int) -> dict:
     from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
-    from ops import depthwise
+    from ops import cpu_kernels
 
     num_classes = 80
     batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
     images, targets, mask = (ms.Tensor(a) for a in batch)
-    variants = {"mindspore_conv2d": None, "msdet_kernel": rt.dw_kernel}
-    if rt.dw_kernel is None:
-        raise SystemExit("the depthwise kernel is not available here (no compiler?)")
+    variants = {"mindspore_ops": None, "msdet_kernels": rt.cpu_kernels}
+    if rt.cpu_kernels is None:
+        raise SystemExit("msdet's kernels are not available here (no compiler?)")
     train_steps, first = {}, {}
     for name, library in variants.items():
-        depthwise.set_custom_kernel_library(library)
+        cpu_kernels.set_custom_kernel_library(library)
         ms.set_seed(0)
         net = build_model(cfg.model, num_classes)
         lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
@@ -142,7 +147,7 @@ def compare_train_steps(steps: int) -> dict:
             if i > 0:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
     result = {name: round(median(t), 3) for name, t in times.items()}
-    ratio = round(result["mindspore_conv2d"] / result["msdet_kernel"], 2)
+    ratio = round(result["mindspore_ops"] / result["msdet_kernels"], 2)
     print(f"step s: {result}  speed-up {ratio}x", flush=True)
     print_result(
         {

@@ -19,12 +19,14 @@ log = logging.getLogger(__name__)
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
 MODES = ("graph", "pynative")
 AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
-DW_KERNELS = ("auto", "native")
+CPU_KERNELS = ("auto", "native")
 
 # On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
 # 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
 ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 ONEDNN_ISA_VALUE = "AVX2"
+# ops.cpu_kernels' thread team sleeps between kernels (read by libgomp when it loads).
+WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
@@ -98,7 +100,7 @@ class Runtime:
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
     float_status: bool = False  # overflow read from the device's float-status register
     precision_mode: str | None = None  # Ascend operator precision mode set at start-up
-    dw_kernel: str | None = None  # compiled depthwise-conv library models use (CPU), or None
+    cpu_kernels: str | None = None  # msdet's compiled CPU kernel library models use, or None
 
     @property
     def is_main(self) -> bool:
@@ -146,15 +148,18 @@ def configure_process_env(
 ) -> dict[str, str]:
     """Set environment variables that MindSpore reads when it loads.
 
-    On CPU, cap oneDNN at AVX2 unless the user already chose a value. With
+    On CPU, cap oneDNN at AVX2 and make OpenMP threads sleep between msdet's kernels
+    (``ops.cpu_kernels``; spinning threads would take the cores MindSpore's next operator
+    needs), each unless the user already chose a value. With
     ``save_graphs_dir``, compiled graphs' IR is written there (``save_graphs_level`` 1:
     the stages in :data:`IR_PASSES_VALUE`; 2 or 3: every pass, 3 adds .dot files).
     Returns the variables this call set (for logging and tests).
     """
     changed: dict[str, str] = {}
-    if device == "CPU" and ONEDNN_ISA_VAR not in os.environ:
-        os.environ[ONEDNN_ISA_VAR] = ONEDNN_ISA_VALUE
-        changed[ONEDNN_ISA_VAR] = ONEDNN_ISA_VALUE
+    if device == "CPU":
+        for key, value in ((ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE), (WAIT_POLICY_VAR, WAIT_POLICY)):
+            if key not in os.environ:
+                os.environ[key] = changed[key] = value
     if save_graphs_dir:
         os.makedirs(save_graphs_dir, exist_ok=True)
         for key, value in (
@@ -199,14 +204,14 @@ def resolve_sink(sink: Any, device: str) -> bool:
 def setup_runtime(
     cfg: Any,
     run_dir: str = ".",
-    dw_kernel: str | None = None,
+    cpu_kernels: str | None = None,
     graph_key: str | None = None,
 ) -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
-    threads, deterministic, distributed (optional: dw_kernel, sync_bn, compile_cache).
-    ``dw_kernel`` overrides ``cfg.dw_kernel`` (export.py: native operators only).
+    threads, deterministic, distributed (optional: cpu_kernels, sync_bn, compile_cache).
+    ``cpu_kernels`` overrides ``cfg.cpu_kernels`` (export.py: native operators only).
     ``graph_key`` (:func:`graph_key` of the whole config) turns on MindSpore's persistent
     compile cache when ``cfg.compile_cache`` is true. Call before building any network.
     """
@@ -252,8 +257,8 @@ def setup_runtime(
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = resolve_amp(cfg.amp, device)
-    dw_kernel = setup_depthwise_kernel(
-        dw_kernel or str(cfg.get("dw_kernel", "auto")), device, amp_level
+    cpu_kernels = setup_cpu_kernels(
+        cpu_kernels or str(cfg.get("cpu_kernels", "auto")), device, amp_level, threads
     )
 
     rt = Runtime(
@@ -270,22 +275,24 @@ def setup_runtime(
         sync_bn=sync_bn,
         float_status=device == "Ascend" and _ascend_uses_float_status(),
         precision_mode=precision,
-        dw_kernel=dw_kernel,
+        cpu_kernels=cpu_kernels,
     )
     if cfg.get("compile_cache", False):
         if graph_key is None:
             raise ValueError("runtime.compile_cache is only available to train.py")
-        from ops.depthwise import user_cache_dir
+        from ops.cpu_kernels import user_cache_dir
 
         folder = compile_cache_folder(
-            user_cache_dir("graphs"), graph_key, device, dw_kernel, ms.__version__
+            user_cache_dir("graphs"), graph_key, device, cpu_kernels, ms.__version__
         )
         os.environ.update(dict(zip(COMPILE_CACHE_VARS, ("1", folder))))
         log.info("compile cache: graphs kept in %s", folder)
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
-    if dw_kernel:
-        log.info("CPU: depthwise convolutions on msdet's compiled kernel (%s)", dw_kernel)
+    if cpu_kernels:
+        log.info(
+            "CPU: depthwise convolutions and BatchNorm+SiLU on msdet's kernels (%s)", cpu_kernels
+        )
     return rt
 
 
@@ -306,13 +313,15 @@ def graph_key(cfg: Any) -> str:
 
 
 def compile_cache_folder(
-    root: str, key: str, device: str, dw_kernel: str | None, version: str
+    root: str, key: str, device: str, cpu_kernels: str | None, version: str
 ) -> str:
-    """``root/<digest>``: one folder per graph key, device, depthwise kernel library and
+    """``root/<digest>``: one folder per graph key, device, msdet kernel library and
     MindSpore version (MindSpore adds ``rank_<n>/`` inside for each rank)."""
     import hashlib
 
-    digest = hashlib.sha256("\n".join((key, device, str(dw_kernel), version)).encode()).hexdigest()
+    digest = hashlib.sha256(
+        "\n".join((key, device, str(cpu_kernels), version)).encode()
+    ).hexdigest()
     return os.path.join(root, digest[:16])
 
 
@@ -369,23 +378,28 @@ def float_status_ops() -> tuple:
     return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
 
 
-def setup_depthwise_kernel(choice: str, device: str, amp_level: str = "O0") -> str | None:
-    """Make models run depthwise convolutions on the compiled kernel (CPU, fp32, ``auto``).
+def setup_cpu_kernels(
+    choice: str, device: str, amp_level: str = "O0", threads: int | None = None
+) -> str | None:
+    """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
+    convolutions, training-mode BatchNorm + SiLU) on CPU in fp32 with ``auto``.
 
-    MindSpore's CPU Conv2D computes them through im2col + GEMM, several times slower than
-    the direct loops in ``ops/kernels``; GPU and Ascend keep their native operator. Without
-    a working compiler the native operator is used (``ops.depthwise`` logs one line); so it
-    is under mixed precision, as the kernel is float32 only.
-    Returns the kernel library's path, or None when models use the native operator.
+    MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
+    operators and a slow BatchNormGrad); GPU and Ascend keep their native operators. Without
+    a working compiler the native operators are used (``ops.cpu_kernels`` logs one line); so
+    they are under mixed precision, as the kernels are float32 only. The kernels split their
+    loops over ``threads`` (None: every core this process may use).
+    Returns the kernel library's path, or None when models use the native operators.
     """
-    if choice not in DW_KERNELS:
-        raise ValueError(f"runtime.dw_kernel must be one of {DW_KERNELS}, got {choice!r}")
-    from ops import depthwise  # loads MindSpore: only after the environment is prepared
+    if choice not in CPU_KERNELS:
+        raise ValueError(f"runtime.cpu_kernels must be one of {CPU_KERNELS}, got {choice!r}")
+    from data.config import available_cores
+    from ops import cpu_kernels
 
     if choice == "native" or device != "CPU" or amp_level != "O0":
-        depthwise.set_custom_kernel_library(None)
+        cpu_kernels.set_custom_kernel_library(None)
         return None
-    return depthwise.enable_custom_kernel()
+    return cpu_kernels.enable(threads or available_cores())
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

@@ -14,8 +14,10 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
+from ops.batchnorm_silu import BatchNormSiLU
+from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
-from ops.depthwise import DepthwiseConv2d, custom_kernel_library
+from ops.depthwise import DepthwiseConv2d
 
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
 # the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.
@@ -36,7 +38,8 @@ def conv2d(
     PyTorch initialises conv weights with kaiming_uniform(a=sqrt(5)) and biases with
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in counts the input channels of one group.
     A depthwise convolution runs on the compiled CPU kernel when the device module enabled
-    it (``ops.depthwise``; same parameter, same values), on ``nn.Conv2d`` otherwise.
+    msdet's kernels (``ops.depthwise``; same parameter, same values), on ``nn.Conv2d``
+    otherwise.
     """
     pad = (ksize - 1) // 2
     fan_in = (in_channels // groups) * ksize * ksize
@@ -71,7 +74,13 @@ def activation(name: str) -> nn.Cell:
 
 
 class BaseConv(nn.Cell):
-    """Conv2d -> BatchNorm -> activation, 'same' padding for odd kernels."""
+    """Conv2d -> BatchNorm -> activation, 'same' padding for odd kernels.
+
+    With msdet's CPU kernels enabled, BatchNorm + SiLU runs as one fused operator
+    (``ops.batchnorm_silu``) on ``bn``'s parameters, with the batch statistics or the
+    running ones as ``bn`` would choose (training, evaluation, a BatchNorm frozen by
+    ``use_batch_statistics=False``); other activations keep ``bn`` and ``act``.
+    """
 
     def __init__(
         self,
@@ -87,9 +96,26 @@ class BaseConv(nn.Cell):
         self.conv = conv2d(in_channels, out_channels, ksize, stride, groups, bias)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
         self.act = activation(act)
+        library = custom_kernel_library()
+        self.fused = (
+            BatchNormSiLU(BN_EPS, BN_MOMENTUM, library) if library and act == "silu" else None
+        )
 
     def construct(self, x):
-        return self.act(self.bn(self.conv(x)))
+        x = self.conv(x)
+        if self.fused is None:
+            return self.act(self.bn(x))
+        bn = self.bn
+        if self._batch_statistics():
+            return self.fused(x, bn.gamma, bn.beta, bn.moving_mean, bn.moving_variance)
+        return self.fused.infer(x, bn.gamma, bn.beta, bn.moving_mean, bn.moving_variance)
+
+    def _batch_statistics(self) -> bool:
+        """What ``nn.BatchNorm2d`` normalises with: batch statistics when training, unless
+        ``use_batch_statistics`` says otherwise."""
+        if self.bn.use_batch_statistics is None:
+            return self.training
+        return self.bn.use_batch_statistics
 
 
 class DWConv(nn.Cell):

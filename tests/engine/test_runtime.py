@@ -78,10 +78,10 @@ def test_setup_on_cpu_sets_mode_and_reports():
     assert "runtime.mode" in setup_in_fresh_process(device="CPU", mode="eager")["error"]
 
 
-def _isa_seen_by_fresh_process(env: dict) -> str:
+def _seen_by_fresh_process(env: dict, var: str) -> str:
     code = (
         "import os; from engine.runtime import configure_process_env;"
-        "configure_process_env('CPU'); print(os.environ.get('ONEDNN_MAX_CPU_ISA'))"
+        f"configure_process_env('CPU'); print(os.environ.get({var!r}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
@@ -89,10 +89,14 @@ def _isa_seen_by_fresh_process(env: dict) -> str:
     return out.stdout.strip()
 
 
-def test_onednn_isa_is_set_on_cpu_unless_the_user_chose():
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
-    assert _isa_seen_by_fresh_process(env) == "AVX2"
-    assert _isa_seen_by_fresh_process({**env, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}) == "AVX512_CORE"
+@pytest.mark.parametrize(
+    "var, ours, theirs",
+    [("ONEDNN_MAX_CPU_ISA", "AVX2", "AVX512_CORE"), ("OMP_WAIT_POLICY", "PASSIVE", "ACTIVE")],
+)
+def test_cpu_environment_is_set_unless_the_user_chose(var, ours, theirs):
+    env = {k: v for k, v in os.environ.items() if k != var}
+    assert _seen_by_fresh_process(env, var) == ours
+    assert _seen_by_fresh_process({**env, var: theirs}, var) == theirs
 
 
 def test_distributed_outside_a_launcher_names_the_scripts(tmp_path):
@@ -157,30 +161,29 @@ def test_sink_plan_profiles_with_one_step_per_sink():
         _sink_plan(Runtime("Ascend", "graph", "O2", True, 30), 100)
 
 
-def test_depthwise_kernel_on_cpu_only(tmp_path, monkeypatch):
-    from ops import depthwise
+def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
+    from ops import cpu_kernels
 
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
-    previous = depthwise.custom_kernel_library()
+    previous = cpu_kernels.custom_kernel_library()
     try:
-        lib = runtime.setup_depthwise_kernel("auto", "CPU")
+        lib = runtime.setup_cpu_kernels("auto", "CPU")
         if lib is None:
             pytest.skip("no C++ compiler on this machine")
         assert os.path.dirname(lib) == str(tmp_path / "kernels")
-        assert depthwise.custom_kernel_library() == lib
-        # Ascend/GPU keep their native Conv2D; so does an explicit "native".
-        assert runtime.setup_depthwise_kernel("auto", "Ascend") is None
-        assert depthwise.custom_kernel_library() is None
-        runtime.setup_depthwise_kernel("auto", "CPU")
-        assert runtime.setup_depthwise_kernel("native", "CPU") is None
-        runtime.setup_depthwise_kernel("auto", "CPU")
-        assert runtime.setup_depthwise_kernel("auto", "CPU", "O2") is None  # fp32-only kernel
-        assert depthwise.custom_kernel_library() is None
-        assert depthwise.custom_kernel_library() is None
-        with pytest.raises(ValueError, match="runtime.dw_kernel"):
-            runtime.setup_depthwise_kernel("fast", "CPU")
+        assert cpu_kernels.custom_kernel_library() == lib
+        # Ascend/GPU keep their native operators; so does an explicit "native".
+        assert runtime.setup_cpu_kernels("auto", "Ascend") is None
+        assert cpu_kernels.custom_kernel_library() is None
+        runtime.setup_cpu_kernels("auto", "CPU")
+        assert runtime.setup_cpu_kernels("native", "CPU") is None
+        runtime.setup_cpu_kernels("auto", "CPU")
+        assert runtime.setup_cpu_kernels("auto", "CPU", "O2") is None  # fp32-only kernel
+        assert cpu_kernels.custom_kernel_library() is None
+        with pytest.raises(ValueError, match="runtime.cpu_kernels"):
+            runtime.setup_cpu_kernels("fast", "CPU")
     finally:
-        depthwise.set_custom_kernel_library(previous)
+        cpu_kernels.set_custom_kernel_library(previous)
 
 
 def _composed(*overrides: str):

@@ -1,25 +1,14 @@
-"""ops.depthwise: the compiled depthwise kernel against MindSpore's Conv2D, and its build."""
+"""ops.depthwise: the compiled depthwise kernel against MindSpore's Conv2D."""
 
 from __future__ import annotations
-
-import logging
-import os
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from ops import depthwise
-from ops.depthwise import DepthwiseConv2d, build_kernel_library
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    lib = build_kernel_library(str(tmp_path_factory.mktemp("kernels")))
-    if lib is None:
-        pytest.skip("no C++ compiler on this machine")
-    return lib
+from ops import cpu_kernels
+from ops.depthwise import DepthwiseConv2d
 
 
 class WithSens(nn.Cell):
@@ -105,56 +94,17 @@ def test_unsupported_stride_and_kernel_size_are_refused(library):
         DepthwiseConv2d(4, 2, 1, "zeros", library)
 
 
-def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
-    first = build_kernel_library(str(tmp_path))
-    if first is None:
-        pytest.skip("no C++ compiler on this machine")
-    built_at = os.path.getmtime(first)
-    assert build_kernel_library(str(tmp_path)) == first
-    assert os.path.getmtime(first) == built_at  # not rebuilt
-    # Another CPU must not load code compiled with -march=native for this one.
-    monkeypatch.setattr(depthwise, "_cpu_signature", lambda: "model name : another CPU")
-    other = build_kernel_library(str(tmp_path))
-    assert other is not None and other != first
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.path.basename(first), os.path.basename(other)]
-    )
-
-
-def test_missing_compiler_falls_back_with_one_log_line(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
-        assert build_kernel_library(str(tmp_path)) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "ops.depthwise"]
-    assert len(lines) == 1 and "no C++ compiler" in lines[0] and "Conv2D" in lines[0]
-    assert os.listdir(tmp_path) == []
-
-
-def test_broken_compiler_falls_back(tmp_path, monkeypatch, caplog):
-    fake = tmp_path / "cxx"
-    fake.write_text(
-        '#!/bin/sh\nif [ "$1" = --version ]; then echo fake 1.0; exit 0; fi\necho boom >&2; exit 1\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("CXX", str(fake))
-    cache = tmp_path / "cache"
-    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
-        assert build_kernel_library(str(cache)) is None
-    assert any("boom" in r.getMessage() for r in caplog.records)
-    assert os.listdir(cache) == []  # no half-written library left behind
-
-
 def test_models_use_the_kernel_only_when_enabled(library):
     from models.layers import DWConv
 
-    previous = depthwise.custom_kernel_library()
+    previous = cpu_kernels.custom_kernel_library()
     try:
-        depthwise.set_custom_kernel_library(library)
+        cpu_kernels.set_custom_kernel_library(library)
         fast = DWConv(8, 16, 3, stride=2)
-        depthwise.set_custom_kernel_library(None)
+        cpu_kernels.set_custom_kernel_library(None)
         plain = DWConv(8, 16, 3, stride=2)
     finally:
-        depthwise.set_custom_kernel_library(previous)
+        cpu_kernels.set_custom_kernel_library(previous)
     assert isinstance(fast.dconv.conv, DepthwiseConv2d)
     assert type(plain.dconv.conv) is nn.Conv2d
     assert type(fast.pconv.conv) is nn.Conv2d  # 1x1 pointwise stays on Conv2D
@@ -162,12 +112,4 @@ def test_models_use_the_kernel_only_when_enabled(library):
     names = lambda cell: [(p.name, p.shape) for p in cell.get_parameters()]  # noqa: E731
     assert names(fast) == names(plain)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        depthwise.set_custom_kernel_library("/nonexistent/lib.so")
-
-
-def test_unwritable_cache_falls_back(tmp_path, caplog):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
-    with caplog.at_level(logging.INFO, logger="ops.depthwise"):
-        assert build_kernel_library(str(blocker / "kernels")) is None
-    assert any("Conv2D" in r.getMessage() for r in caplog.records)
+        cpu_kernels.set_custom_kernel_library("/nonexistent/lib.so")

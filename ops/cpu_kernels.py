@@ -1,0 +1,148 @@
+"""msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
+
+MindSpore 2.10's CPU backend leaves two hot spots of YOLOX slow (BENCHMARKS.md): depthwise
+convolutions run through im2col + GEMM, and conv -> BatchNorm -> SiLU runs as seven
+element-wise operators plus a slow BatchNormGrad. ``ops.depthwise`` and
+``ops.batchnorm_silu`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives
+in ``kernels/``. The library is compiled once with the system C++ compiler and optimisation
+flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
+outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
+cache shared between machines never hands one CPU's ``-march=native`` code to another.
+
+The switch is process-wide and set by the device module (``engine.runtime``): on CPU it
+calls :func:`enable`; models ask :func:`custom_kernel_library` when they are built and keep
+MindSpore's operators when it is None (GPU, Ascend, mixed precision, no compiler, export).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+log = logging.getLogger(__name__)
+
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+SOURCES = tuple(sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cc"))))
+HEADERS = tuple(sorted(glob.glob(os.path.join(KERNEL_DIR, "*.h"))))
+COMPILER_VAR = "CXX"  # the compiler used: $CXX, else g++
+CACHE_VAR = "MSDET_CACHE_DIR"
+# -march=native: the inner loops are vectorised for this CPU (the cache key holds the CPU,
+# see _cpu_signature); -fopenmp: outer loops split over a thread team (kernels/threads.h).
+CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC")
+
+_library: str | None = None
+
+
+def custom_kernel_library() -> str | None:
+    """The compiled kernel library models should use, or None for MindSpore's operators."""
+    return _library
+
+
+def set_custom_kernel_library(path: str | None) -> None:
+    """Set (a path) or clear (None) the kernel library used by models built from now on."""
+    global _library
+    if path is not None and not os.path.isfile(path):
+        raise FileNotFoundError(f"msdet kernel library {path} does not exist")
+    _library = path
+
+
+def user_cache_dir(name: str) -> str:
+    """``$MSDET_CACHE_DIR/<name>`` or ``~/.cache/msdet/<name>`` (``$XDG_CACHE_HOME``)."""
+    if os.environ.get(CACHE_VAR):
+        return os.path.join(os.path.abspath(os.environ[CACHE_VAR]), name)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "msdet", name)
+
+
+def default_cache_dir() -> str:
+    """Where compiled kernels are kept: :func:`user_cache_dir` ``("kernels")``."""
+    return user_cache_dir("kernels")
+
+
+def _cpu_signature() -> str:
+    """The CPU model and its feature flags: what ``-march=native`` compiles for."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in lines if ln.split(":")[0].strip() in ("model name", "flags")]
+    return "\n".join(sorted(set(keep)))
+
+
+def _compiler_version(compiler: str) -> str | None:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def build_kernel_library(cache_dir: str | None = None) -> str | None:
+    """Compile the kernels (once per sources/compiler/flags/CPU) and return the .so.
+
+    Returns None, with one log line saying why, when there is no working compiler or the
+    build fails; callers then keep MindSpore's own operators.
+    """
+    compiler = os.environ.get(COMPILER_VAR) or "g++"
+    version = _compiler_version(compiler) if shutil.which(compiler) else None
+    if version is None:
+        log.info("no C++ compiler (%s): MindSpore's own CPU operators are used", compiler)
+        return None
+    key = hashlib.sha256()
+    for path in SOURCES + HEADERS:
+        with open(path, "rb") as f:
+            key.update(os.path.basename(path).encode() + b"\0" + f.read() + b"\0")
+    for part in (version, " ".join(CXX_FLAGS), _cpu_signature()):
+        key.update(part.encode() + b"\0")
+    cache_dir = cache_dir or default_cache_dir()
+    lib = os.path.join(cache_dir, f"msdet_kernels-{key.hexdigest()[:16]}.so")
+    if os.path.isfile(lib):
+        return lib
+    tmp = ""
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        # Build under a unique name and rename: concurrent ranks never load a half-written
+        # file.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
+        os.close(fd)
+        cmd = [compiler, *CXX_FLAGS, "-I", KERNEL_DIR, *SOURCES, "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            log.warning("building msdet's CPU kernels failed (%s): using MindSpore's", last)
+            return None
+        os.replace(tmp, lib)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.warning("building msdet's CPU kernels failed (%s): using MindSpore's", err)
+        return None
+    finally:
+        if tmp and os.path.exists(tmp):
+            os.remove(tmp)
+    log.info("built msdet's CPU kernels: %s", lib)
+    return lib
+
+
+def set_kernel_threads(library: str, threads: int) -> int:
+    """Threads the kernels in ``library`` split their loops over (this process); returns the
+    count in force. MindSpore loads the same file, so both see one copy of the setting."""
+    lib = ctypes.CDLL(library)
+    lib.MsdetSetThreads(ctypes.c_int(max(1, int(threads))))
+    return int(lib.MsdetThreads())
+
+
+def enable(threads: int = 1, cache_dir: str | None = None) -> str | None:
+    """Build (or find cached) the kernel library, set its thread count, and make models
+    built from now on use it; returns its path (None: no compiler, MindSpore's operators)."""
+    lib = build_kernel_library(cache_dir)
+    if lib is not None:
+        set_kernel_threads(lib, threads)
+    set_custom_kernel_library(lib)
+    return lib

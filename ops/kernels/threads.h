@@ -1,0 +1,12 @@
+// The thread count of msdet's CPU kernels, set once from Python (ops/cpu_kernels.py) through
+// the exported MsdetSetThreads; loops split their outer dimension over an OpenMP team of
+// this many threads.
+//
+// Why a team is fine here although MindSpore runs its own pool: the process runs with
+// OMP_WAIT_POLICY=PASSIVE (set by engine/runtime.py before anything loads libgomp), so the
+// team's threads sleep between kernels instead of spinning on the cores MindSpore's next
+// operator needs. With libgomp's default (active) policy a team of 2 made the whole
+// training step 1.5x slower; with the passive policy it is 1.2x faster (BENCHMARKS.md).
+#pragma once
+
+int msdet_threads();

@@ -1,0 +1,173 @@
+"""ops.batchnorm_silu: the fused BatchNorm + SiLU against MindSpore's layers."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import nn, ops
+
+from models.layers import BN_EPS, BN_MOMENTUM, BaseConv
+from ops import cpu_kernels
+from ops.batchnorm_silu import BatchNormSiLU
+from ops.cpu_kernels import set_kernel_threads
+
+
+class Native(nn.Cell):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
+        self.act = nn.SiLU()
+
+    def construct(self, x):
+        return self.act(self.bn(x))
+
+
+class Fused(nn.Cell):
+    """The same parameters as :class:`Native`, through the kernel."""
+
+    def __init__(self, channels: int, library: str):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
+        self.fused = BatchNormSiLU(BN_EPS, BN_MOMENTUM, library)
+
+    def construct(self, x):
+        bn = self.bn
+        return self.fused(x, bn.gamma, bn.beta, bn.moving_mean, bn.moving_variance)
+
+
+class Grads(nn.Cell):
+    """Output, d/dx, d/dgamma, d/dbeta of sum(net(x) * dy) in one graph."""
+
+    def __init__(self, net: nn.Cell, dy: ms.Tensor):
+        super().__init__()
+        self.net = net
+        self.dy = dy
+        self.params = ms.ParameterTuple(net.trainable_params())
+        self.grad = ops.GradOperation(get_all=True, get_by_list=True)
+
+    def loss(self, x):
+        return (self.net(x) * self.dy).sum()
+
+    def construct(self, x):
+        dx, (dgamma, dbeta) = self.grad(self.loss, self.params)(x)
+        return self.net(x), dx[0], dgamma, dbeta
+
+
+def _run_both(library: str, shape: tuple, seed: int = 0) -> tuple[list, list, list, list]:
+    n, c, h, w = shape
+    rng = np.random.default_rng(seed)
+    # channels with different scales and offsets, as a convolution's output has
+    x = rng.standard_normal(shape).astype(np.float32) * rng.uniform(0.2, 5, (1, c, 1, 1))
+    x = ms.Tensor((x + rng.uniform(-3, 3, (1, c, 1, 1))).astype(np.float32))
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    beta = rng.uniform(-1, 1, c).astype(np.float32)
+    dy = ms.Tensor(rng.standard_normal(shape).astype(np.float32))
+    results, stats = [], []
+    for net in (Native(c), Fused(c, library)):
+        net.bn.gamma.set_data(ms.Tensor(gamma))
+        net.bn.beta.set_data(ms.Tensor(beta))
+        net.set_train(True)
+        results.append([t.asnumpy() for t in Grads(net, dy)(x)])
+        stats.append([net.bn.moving_mean.asnumpy(), net.bn.moving_variance.asnumpy()])
+    return results[0], results[1], stats[0], stats[1]
+
+
+def _close(got: np.ndarray, ref: np.ndarray, rel: float, what: str) -> None:
+    assert got.shape == ref.shape, what
+    assert np.abs(got - ref).max() <= rel * max(1.0, np.abs(ref).max()), what
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 3, 9, 7),
+        (3, 5, 1, 1),  # one pixel per plane: statistics over the batch only
+        (2, 16, 40, 40),  # a YOLOX-nano size: long sums
+    ],
+)
+def test_matches_batchnorm_and_silu_in_graph_mode(library, graph_mode, shape):
+    ref, got, ref_stats, got_stats = _run_both(library, shape)
+    for name, r, g in zip(("output", "grad input", "grad gamma", "grad beta"), ref, got):
+        # float32 rounding (MindSpore's CPU Sigmoid is itself ~2e-6 from float64)
+        _close(g, r, 2e-5, name)
+    # the running statistics move as MindSpore's BatchNorm moves them (unbiased variance)
+    for name, r, g in zip(("moving mean", "moving variance"), ref_stats, got_stats):
+        _close(g, r, 1e-6, name)
+
+
+def test_matches_in_pynative_mode(library):
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ref, got, ref_stats, got_stats = _run_both(library, (2, 4, 6, 5), seed=1)
+    finally:
+        ms.set_context(mode=previous)
+    for r, g in zip(ref + ref_stats, got + got_stats):
+        _close(g, r, 2e-5, "pynative")
+
+
+def test_thread_count_does_not_change_results(library, graph_mode):
+    runs = []
+    try:
+        for threads in (1, 2):
+            set_kernel_threads(library, threads)
+            runs.append(_run_both(library, (2, 6, 12, 10), seed=2)[1])
+    finally:
+        set_kernel_threads(library, 1)
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(one, two)  # channels are split, never a sum
+
+
+def _base_convs(library: str) -> tuple[BaseConv, BaseConv]:
+    previous = cpu_kernels.custom_kernel_library()
+    try:
+        cpu_kernels.set_custom_kernel_library(library)
+        ms.set_seed(3)
+        fused = BaseConv(4, 6, 3)
+        cpu_kernels.set_custom_kernel_library(None)
+        ms.set_seed(3)
+        plain = BaseConv(4, 6, 3)
+    finally:
+        cpu_kernels.set_custom_kernel_library(previous)
+    return fused, plain
+
+
+def test_base_conv_fuses_only_training_batch_statistics(library, graph_mode):
+    fused, plain = _base_convs(library)
+    assert fused.fused is not None and plain.fused is None
+    # checkpoints are interchangeable: the fused op holds no parameters
+    names = lambda cell: [(p.name, p.shape) for p in cell.get_parameters()]  # noqa: E731
+    assert names(fused) == names(plain)
+    x = ms.Tensor(np.random.default_rng(4).standard_normal((2, 4, 10, 10)).astype(np.float32))
+    for cell in (fused, plain):
+        cell.set_train(True)
+    _close(fused(x).asnumpy(), plain(x).asnumpy(), 2e-5, "training")
+    _close(fused.bn.moving_variance.asnumpy(), plain.bn.moving_variance.asnumpy(), 1e-6, "stats")
+    # evaluation and a BatchNorm frozen to its running statistics (train.freeze) use them,
+    # through the kernel's inference entry; fresh cells for each (a compiled graph does not
+    # see attributes changed after it)
+    rng = np.random.default_rng(5)
+    mean = rng.uniform(-1, 1, 6).astype(np.float32)
+    var = rng.uniform(0.2, 3, 6).astype(np.float32)
+    for train, frozen in ((False, None), (True, False)):
+        outs = []
+        for cell in _base_convs(library):
+            cell.set_train(train)
+            cell.bn.use_batch_statistics = frozen
+            cell.bn.moving_mean.set_data(ms.Tensor(mean))
+            cell.bn.moving_variance.set_data(ms.Tensor(var))
+            outs.append(cell(x).asnumpy())
+            np.testing.assert_array_equal(cell.bn.moving_mean.asnumpy(), mean)
+            np.testing.assert_array_equal(cell.bn.moving_variance.asnumpy(), var)
+        _close(outs[0], outs[1], 2e-5, f"train={train} use_batch_statistics={frozen}")
+
+
+def test_other_activations_keep_mindspore_layers(library):
+    previous = cpu_kernels.custom_kernel_library()
+    try:
+        cpu_kernels.set_custom_kernel_library(library)
+        assert BaseConv(4, 6, 3, act="relu").fused is None
+        assert BaseConv(4, 6, 3, act="silu").fused is not None
+    finally:
+        cpu_kernels.set_custom_kernel_library(previous)

@@ -1,0 +1,89 @@
+"""ops.cpu_kernels: building, caching and configuring msdet's compiled CPU kernel library."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from ops import cpu_kernels
+from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+
+
+def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
+    first = build_kernel_library(str(tmp_path))
+    if first is None:
+        pytest.skip("no C++ compiler on this machine")
+    built_at = os.path.getmtime(first)
+    assert build_kernel_library(str(tmp_path)) == first
+    assert os.path.getmtime(first) == built_at  # not rebuilt
+    # Another CPU must not load code compiled with -march=native for this one.
+    monkeypatch.setattr(cpu_kernels, "_cpu_signature", lambda: "model name : another CPU")
+    other = build_kernel_library(str(tmp_path))
+    assert other is not None and other != first
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(first), os.path.basename(other)]
+    )
+
+
+def test_missing_compiler_falls_back_with_one_log_line(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+        assert build_kernel_library(str(tmp_path)) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "ops.cpu_kernels"]
+    assert len(lines) == 1 and "no C++ compiler" in lines[0] and "MindSpore" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_broken_compiler_falls_back(tmp_path, monkeypatch, caplog):
+    fake = tmp_path / "cxx"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo fake 1.0; exit 0; fi\necho boom >&2; exit 1\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    cache = tmp_path / "cache"
+    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+        assert build_kernel_library(str(cache)) is None
+    assert any("boom" in r.getMessage() for r in caplog.records)
+    assert os.listdir(cache) == []  # no half-written library left behind
+
+
+def test_unwritable_cache_falls_back(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+        assert build_kernel_library(str(blocker / "kernels")) is None
+    assert any("using MindSpore's" in r.getMessage() for r in caplog.records)
+
+
+def test_the_library_holds_every_kernel_and_takes_a_thread_count(library):
+    import ctypes
+
+    lib = ctypes.CDLL(library)
+    for name in (
+        "DepthwiseConvForwardS1",
+        "DepthwiseConvGradWeightS2",
+        "BatchNormSiluForward",
+        "BatchNormSiluGrad",
+    ):
+        assert hasattr(lib, name), name
+    try:
+        assert set_kernel_threads(library, 3) == 3
+        assert set_kernel_threads(library, 0) == 1  # at least one
+    finally:
+        set_kernel_threads(library, 1)
+
+
+def test_the_cache_key_covers_every_source(tmp_path, monkeypatch):
+    first = build_kernel_library(str(tmp_path))
+    if first is None:
+        pytest.skip("no C++ compiler on this machine")
+    original = cpu_kernels.SOURCES[0]
+    edited = tmp_path / os.path.basename(original)
+    with open(original, encoding="utf-8") as f:
+        edited.write_text(f.read() + "\n// edited\n")
+    monkeypatch.setattr(cpu_kernels, "SOURCES", (str(edited), *cpu_kernels.SOURCES[1:]))
+    # the same set with one file changed is another library (built from the edited file)
+    assert build_kernel_library(str(tmp_path)) not in (None, first)
