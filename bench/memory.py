@@ -7,7 +7,8 @@ One fresh process per side runs what ``bench.compare_torch`` times (the same syn
 batch, no data pipeline) and reads Linux's ``VmRSS`` (resident now) and ``VmHWM`` (peak
 since the last reset; reset through ``/proc/self/clear_refs``) after each stage:
 framework import, network built, training step built, first step (msdet: the graph
-compiled without running it, then its first run), the following steps (steady state), and,
+compiled without running it, the compiler's free heap handed back to the OS as train.py
+does unless ``--keep-heap``, then its first run), the following steps (steady state), and,
 for msdet, the
 same process after one inference graph. Each stage's ``peak`` is the highest resident
 memory *during* that stage, so compile-time transients show apart from what stays.
@@ -67,7 +68,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
 
     from bench.common import CONFIG_DIR, synthetic_batch
     from engine.cli import prepare_config
-    from engine.runtime import setup_runtime
+    from engine.runtime import release_free_heap, setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
@@ -105,6 +106,9 @@ def msdet_side(args, overrides: list[str]) -> dict:
     )
     step.compile(images, targets, mask)
     stages.mark("graph compiled (not run)")
+    if not args.keep_heap:  # as train.py does (engine.callbacks.CompileTrainingGraph)
+        release_free_heap()
+        stages.mark("compiler's free heap released")
     step(images, targets, mask)[0].asnumpy()
     stages.mark("first step run")
     for _ in range(args.steps):
@@ -175,6 +179,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--objects", type=int, default=5)
     parser.add_argument("--num-classes", type=int, default=80)
     parser.add_argument("--side", choices=("msdet", "pytorch", "both"), default="both")
+    parser.add_argument(
+        "--keep-heap", action="store_true", help="msdet: skip releasing the compiler's free heap"
+    )
     args, overrides = parser.parse_known_args(argv)
     if args.side != "both":
         print_header(f"memory by stage: {args.side}")

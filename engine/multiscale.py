@@ -40,6 +40,8 @@ import numpy as np
 from mindspore import nn, ops
 from mindspore.train import Callback
 
+from engine.runtime import release_free_heap
+
 log = logging.getLogger("train")
 
 STRIDE = 32  # sizes are multiples of the largest feature stride, as in the original
@@ -234,6 +236,7 @@ class MultiScaleSchedule(Callback):
             started = time.perf_counter()
             network.compile(*inputs)
             seconds = time.perf_counter() - started
+            release_free_heap()  # the compiler's garbage, before the step allocates
         self.compiled[key] = seconds
         log.info(
             "training graph for %dx%d compiled in %.1f s (step %d; %d size%s, %.1f s in all)",

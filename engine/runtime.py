@@ -345,6 +345,28 @@ def cpu_threads(requested: Any) -> int | None:
     return max(1, cores // local) if local > 1 else None
 
 
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the operating system (glibc's ``malloc_trim``).
+
+    Compiling a graph frees ~270 MiB of heap (YOLOX-nano training step, BENCHMARKS.md) that
+    glibc keeps resident; MindSpore's memory pool then maps new memory for the step's
+    tensors instead of reusing it. Called between a compile and the first run, it lowers the
+    training peak by that much. Returns False where there is no glibc (nothing to do).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return False
+    trim(ctypes.c_size_t(0))
+    return True
+
+
 def check_precision_mode(mode: str) -> str:
     """``runtime.precision_mode`` checked against the modes CANN knows."""
     if mode not in PRECISION_MODES:

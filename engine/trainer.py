@@ -30,6 +30,7 @@ from data.pipeline import (
 from data.visualize import draw_boxes
 from engine.callbacks import (
     CheckpointCallback,
+    CompileTrainingGraph,
     EarlyStopping,
     EpochSummary,
     EvalCallback,
@@ -369,6 +370,8 @@ def _build_callbacks(
                 compile_graphs=rt.mode == "graph",
             )
         )
+    elif rt.mode == "graph" and not rt.sink_effective:  # a sunk graph compiles with its queue
+        cbs.append(CompileTrainingGraph())
     cbs += [
         NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
         StepStats(
