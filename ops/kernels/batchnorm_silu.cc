@@ -9,12 +9,14 @@
 // storing it; no intermediate tensor is kept for the backward pass.
 //
 // Semantics are MindSpore's nn.BatchNorm2d (training mode: batch statistics, biased
-// variance for normalising; evaluation: the running statistics) followed by x * sigmoid(x). The running statistics are updated
-// by the caller (ops/batchnorm_silu.py) from the mean and variance returned here.
-// Channels are split over msdet_threads() threads (threads.h).
+// variance for normalising; evaluation: the running statistics) followed by x * sigmoid(x).
+// The training forward also returns the running statistics after the batch, which the
+// caller (ops/batchnorm_silu.py) assigns to the layer's parameters. Channels are split over
+// msdet_threads() threads (threads.h).
 //
-// Layouts (float32, contiguous): x, y, dy, dx [N, C, H, W]; gamma, beta, mean, var,
-// dgamma, dbeta [C]; eps [1]. Sums over a channel are taken per (image, channel) plane
+// Layouts (float32, contiguous): x, y, dy, dx [N, C, H, W]; gamma, beta, batch and running
+// statistics, dgamma, dbeta [C]; (eps, keep) [2], keep being the weight of the running value
+// (MindSpore's BatchNorm momentum). Sums over a channel are taken per (image, channel) plane
 // in float and across planes in double.
 
 #include <cmath>
@@ -63,8 +65,11 @@ struct Dims {
   float *plane(float *base, int64_t img, int64_t ch) const { return base + (img * c + ch) * hw; }
 };
 
-void forward(const float *x, const float *gamma, const float *beta, float eps, float *y,
-             float *mean_out, float *var_out, const Dims &d) {
+// Also the running statistics after this batch: running * keep + batch * (1 - keep), the
+// variance made unbiased (M / (M - 1)) as MindSpore's BatchNorm does.
+void forward(const float *x, const float *gamma, const float *beta, const float *run_mean,
+             const float *run_var, float eps, float keep, float *y, float *mean_out,
+             float *var_out, float *new_mean, float *new_var, const Dims &d) {
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t ch = 0; ch < d.c; ++ch) {
@@ -102,6 +107,9 @@ void forward(const float *x, const float *gamma, const float *beta, float eps, f
     }
     mean_out[ch] = mean;
     var_out[ch] = var;
+    const double unbiased = count > 1.0 ? squares / (count - 1.0) : squares;
+    new_mean[ch] = run_mean[ch] * keep + mean * (1.0f - keep);
+    new_var[ch] = run_var[ch] * keep + static_cast<float>(unbiased) * (1.0f - keep);
   }
 }
 
@@ -184,34 +192,37 @@ bool checked(int nparam, int expected, const int *ndims, int64_t **shapes, const
 
 }  // namespace
 
-// Inputs x, gamma, beta, eps; outputs y, mean, var (biased).
+// Inputs x, gamma, beta, running mean, running variance, (eps, keep); outputs y, batch mean,
+// batch variance (biased), new running mean, new running variance.
 extern "C" int BatchNormSiluForward(int nparam, void **params, int *ndims, int64_t **shapes,
                                     const char **dtypes, void *, void *) {
   Dims d;
-  if (!checked(nparam, 7, ndims, shapes, dtypes, &d)) return 1;
+  if (!checked(nparam, 11, ndims, shapes, dtypes, &d) || shapes[5][0] != 2) return 1;
   auto in = [&](int i) { return static_cast<const float *>(params[i]); };
   auto out = [&](int i) { return static_cast<float *>(params[i]); };
-  forward(in(0), in(1), in(2), *in(3), out(4), out(5), out(6), d);
+  forward(in(0), in(1), in(2), in(3), in(4), in(5)[0], in(5)[1], out(6), out(7), out(8), out(9),
+          out(10), d);
   return 0;
 }
 
-// Inputs x, gamma, beta, eps, mean, var (running statistics); output y.
+// Inputs x, gamma, beta, running mean, running variance, (eps, keep); output y.
 extern "C" int BatchNormSiluInfer(int nparam, void **params, int *ndims, int64_t **shapes,
                                   const char **dtypes, void *, void *) {
   Dims d;
   if (!checked(nparam, 7, ndims, shapes, dtypes, &d)) return 1;
   auto in = [&](int i) { return static_cast<const float *>(params[i]); };
-  inference(in(0), in(1), in(2), *in(3), in(4), in(5), static_cast<float *>(params[6]), d);
+  inference(in(0), in(1), in(2), in(5)[0], in(3), in(4), static_cast<float *>(params[6]), d);
   return 0;
 }
 
-// Inputs x, gamma, beta, eps, mean, var, dy; outputs dx, dgamma, dbeta.
+// Inputs x, gamma, beta, (eps, keep), batch mean, batch variance, dy; outputs dx, dgamma,
+// dbeta.
 extern "C" int BatchNormSiluGrad(int nparam, void **params, int *ndims, int64_t **shapes,
                                  const char **dtypes, void *, void *) {
   Dims d;
   if (!checked(nparam, 10, ndims, shapes, dtypes, &d)) return 1;
   auto in = [&](int i) { return static_cast<const float *>(params[i]); };
   auto out = [&](int i) { return static_cast<float *>(params[i]); };
-  backward(in(0), in(1), in(2), *in(3), in(4), in(5), in(6), out(7), out(8), out(9), d);
+  backward(in(0), in(1), in(2), in(3)[0], in(4), in(5), in(6), out(7), out(8), out(9), d);
   return 0;
 }
