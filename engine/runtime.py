@@ -14,6 +14,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from ops.cpu_kernels import user_cache_dir
+
 log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
@@ -35,6 +37,17 @@ ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 # relevant configuration its own folder. These keys change no compiled graph: a resumed
 # run, or one with another time limit or data folder, finds the first run's graphs.
 COMPILE_CACHE_VARS = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH")
+# Graph kernel fusion (runtime.fusion): MindSpore fuses element-wise chains at jit_level O1
+# (AKG-generated kernels on CPU, DVM on Ascend). "safe" leaves Log, Exp and Sqrt out of the
+# clusters: AKG's versions of them moved the first loss by ~1e-5 relative, which SimOTA's
+# discrete assignment turns into different losses a few steps later; without them the
+# losses equal the unfused graph's within float32 rounding (BENCHMARKS.md, "Kernel fusion").
+FUSION_FLAGS = {
+    "off": None,
+    "safe": "--opt_level=1 --disable_cluster_ops=Log,Exp,Sqrt",
+    "all": "--opt_level=1",
+}
+GRAPH_KERNEL_FLAGS_VAR = "MS_DEV_GRAPH_KERNEL_FLAGS"
 GRAPH_NEUTRAL_KEYS = (
     "train.resume",
     "train.time_limit_min",
@@ -210,7 +223,8 @@ def setup_runtime(
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
-    threads, deterministic, distributed (optional: cpu_kernels, sync_bn, compile_cache).
+    threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
+    compile_cache).
     ``cpu_kernels`` overrides ``cfg.cpu_kernels`` (export.py: native operators only).
     ``graph_key`` (:func:`graph_key` of the whole config) turns on MindSpore's persistent
     compile cache when ``cfg.compile_cache`` is true. Call before building any network.
@@ -229,6 +243,14 @@ def setup_runtime(
     graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
     graphs_dir = os.path.join(run_dir, "graphs") if graphs_level else None
     changed = configure_process_env(device, graphs_dir, graphs_level)
+    fusion = cfg.get("fusion", "off")
+    fusion = "off" if fusion is False else str(fusion)  # YAML 1.1 reads a bare off as false
+    jit_level, fusion_flags = fusion_settings(fusion, cfg.jit_level)
+    if fusion_flags:
+        _check_fusion_compiler(device)
+        os.environ[GRAPH_KERNEL_FLAGS_VAR] = fusion_flags
+        # AKG writes its kernels under MS_COMPILER_CACHE_PATH (default: the working folder)
+        os.environ.setdefault(COMPILE_CACHE_VARS[1], user_cache_dir("fusion"))
 
     import mindspore as ms  # after the environment is prepared
 
@@ -236,8 +258,8 @@ def setup_runtime(
     ms.set_device(device, device_id)
     mode = ms.GRAPH_MODE if cfg.mode == "graph" else ms.PYNATIVE_MODE
     context: dict[str, Any] = {"mode": mode}
-    if cfg.jit_level:
-        context["jit_config"] = {"jit_level": str(cfg.jit_level)}
+    if jit_level:
+        context["jit_config"] = {"jit_level": jit_level}
     ms.set_context(**context)
     if cfg.deterministic:
         ms.set_deterministic(True)
@@ -280,8 +302,6 @@ def setup_runtime(
     if cfg.get("compile_cache", False):
         if graph_key is None:
             raise ValueError("runtime.compile_cache is only available to train.py")
-        from ops.cpu_kernels import user_cache_dir
-
         folder = compile_cache_folder(
             user_cache_dir("graphs"), graph_key, device, cpu_kernels, ms.__version__
         )
@@ -365,6 +385,35 @@ def release_free_heap() -> bool:
         return False
     trim(ctypes.c_size_t(0))
     return True
+
+
+def fusion_settings(choice: str, jit_level: Any) -> tuple[str | None, str | None]:
+    """(jit_level, graph kernel flags) for ``runtime.fusion``; ``jit_level`` is the
+    configured one (None: MindSpore's default). Fusion runs at O1 only."""
+    if choice not in FUSION_FLAGS:
+        raise ValueError(f"runtime.fusion must be one of {tuple(FUSION_FLAGS)}, got {choice!r}")
+    flags = FUSION_FLAGS[choice]
+    if flags is None:
+        return (str(jit_level) if jit_level else None), None
+    if jit_level and str(jit_level) != "O1":
+        raise ValueError(
+            f"runtime.fusion={choice} fuses at jit_level O1: set runtime.jit_level=O1 or null "
+            f"(got {jit_level})"
+        )
+    return "O1", flags
+
+
+def _check_fusion_compiler(device: str) -> None:
+    """AKG, MindSpore's CPU fusion compiler, imports the ``decorator`` package."""
+    if device != "CPU":
+        return
+    try:
+        import decorator  # noqa: F401
+    except ImportError as err:
+        raise ValueError(
+            "runtime.fusion on CPU needs the 'decorator' package (pip install -r "
+            "requirements.txt); or set runtime.fusion=off"
+        ) from err
 
 
 def check_precision_mode(mode: str) -> str:
