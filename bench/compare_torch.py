@@ -1,7 +1,7 @@
 """msdet side by side with the PyTorch original (YOLOX 0.3.0), alternating runs.
 
     python -m bench.compare_torch [--model yolox_nano] [--batch 8] [--img 320] [--infer-img 416]
-                                  [--rounds 3] [--steps 15]
+                                  [--rounds 3] [--steps 15] [--set KEY=VALUE ...]
 
 Each round runs, in fresh processes, the original's training step, msdet's, then both
 inference benchmarks (forward + NMS/postprocess), alternating so that machine noise hits
@@ -40,6 +40,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--amp", default="O0", help="msdet runtime.amp")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hydra override for msdet's side (repeatable), e.g. runtime.fusion=safe",
+    )
     args = parser.parse_args(argv)
     print_header("msdet vs PyTorch YOLOX, side by side")
 
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"data.img_size=[{args.img},{args.img}]",
         f"data.max_objects={args.max_objects}",
         f"runtime.amp={args.amp}",
+        *args.set,
     ]
     torch_infer = [
         "bench.torch_step",
@@ -87,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"model={args.model}",
         f"eval.batch_size={args.batch}",
         f"eval.img_size=[{args.infer_img},{args.infer_img}]",
+        *args.set,
     ]
 
     runs: dict[str, list[dict]] = {
@@ -121,6 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         "objects": args.objects,
         "rounds": args.rounds,
         "msdet_amp": args.amp,
+        "msdet_overrides": args.set,
         "train_step_s": {
             "pytorch": med("torch_train", "step_s"),
             "msdet": med("ms_train", "step_s"),
