@@ -313,6 +313,8 @@ def setup_runtime(
         log.info(
             "CPU: depthwise convolutions and BatchNorm+SiLU on msdet's kernels (%s)", cpu_kernels
         )
+    if fusion_flags:
+        log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)
     return rt
 
 
