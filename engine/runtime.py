@@ -243,9 +243,9 @@ def setup_runtime(
     graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
     graphs_dir = os.path.join(run_dir, "graphs") if graphs_level else None
     changed = configure_process_env(device, graphs_dir, graphs_level)
-    fusion = cfg.get("fusion", "auto")
+    fusion = cfg.get("fusion", "off")
     fusion = "off" if fusion is False else str(fusion)  # YAML 1.1 reads a bare off as false
-    jit_level, fusion_flags = fusion_settings(fusion, cfg.jit_level, device)
+    jit_level, fusion_flags = fusion_settings(fusion, cfg.jit_level)
     if fusion_flags:
         _check_fusion_compiler(device)
         os.environ[GRAPH_KERNEL_FLAGS_VAR] = fusion_flags
@@ -389,17 +389,11 @@ def release_free_heap() -> bool:
     return True
 
 
-def fusion_settings(
-    choice: str, jit_level: Any, device: str = "CPU"
-) -> tuple[str | None, str | None]:
+def fusion_settings(choice: str, jit_level: Any) -> tuple[str | None, str | None]:
     """(jit_level, graph kernel flags) for ``runtime.fusion``; ``jit_level`` is the
-    configured one (None: MindSpore's default). Fusion runs at O1 only. ``auto``: ``safe``
-    on CPU (measured there), MindSpore's own default elsewhere."""
-    choices = ("auto", *FUSION_FLAGS)
-    if choice not in choices:
-        raise ValueError(f"runtime.fusion must be one of {choices}, got {choice!r}")
-    if choice == "auto":
-        choice = "safe" if device == "CPU" else "off"
+    configured one (None: MindSpore's default). Fusion runs at O1 only."""
+    if choice not in FUSION_FLAGS:
+        raise ValueError(f"runtime.fusion must be one of {tuple(FUSION_FLAGS)}, got {choice!r}")
     flags = FUSION_FLAGS[choice]
     if flags is None:
         return (str(jit_level) if jit_level else None), None

@@ -16,8 +16,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_fusion_settings():
     assert fusion_settings("off", None) == (None, None)
-    assert fusion_settings("auto", None, "CPU") == ("O1", FUSION_FLAGS["safe"])
-    assert fusion_settings("auto", None, "Ascend") == (None, None)  # MindSpore's default
     assert fusion_settings("off", "O0") == ("O0", None)
     jit, flags = fusion_settings("safe", None)
     assert jit == "O1" and "--disable_cluster_ops=Log,Exp,Sqrt" in flags
