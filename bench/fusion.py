@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
                     raise RuntimeError(f"{v} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
                 res = read_result(out.stdout)
                 runs[v].append(res)
-                print(f"round {r + 1} {v:<5} step {res['step_s']} s  losses {res['losses'][:4]}")
+                print(
+                    f"round {r + 1} {v:<5} first step {res['first_step_s']} s  step {res['step_s']} s"
+                    f"  losses {res['losses'][:4]}"
+                )
     reference = runs[variants[0]][0]["losses"]
     summary = {}
     for v in variants:
