@@ -4,7 +4,8 @@
 
 Each round runs, in fresh processes (the jit level is process-wide) and one after the
 other, YOLOX-nano's training step (batch 8, 320 px, 80 classes, the synthetic batch of
-``bench.compare_torch``) under each variant from the same initial weights: the losses of
+``bench.compare_torch``; key=value overrides change the model, batch or size) under each
+variant from the same initial weights: the losses of
 the first ``--steps + 1`` steps and the median step time after the first. ``off`` is the
 reference: the report gives each variant's speed-up and how far its losses are from
 ``off``'s at each step. The processes run in a temporary folder, as AKG (MindSpore's CPU
@@ -59,7 +60,13 @@ def one_variant(fusion: str, steps: int, overrides: list[str]) -> dict:
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, steps + 10, 1, 0, 0)
     step = build_train_step(net, YOLOXLoss(80), lrs, cfg.train, rt)
-    images, targets, mask = (ms.Tensor(a) for a in synthetic_batch(8, 320, 80, 50, 5))
+    batch, size, max_objects = (
+        int(cfg.train.batch_size),
+        int(cfg.data.img_size[0]),
+        int(cfg.data.max_objects),
+    )
+    arrays = synthetic_batch(batch, size, 80, max_objects, min(5, max_objects))
+    images, targets, mask = (ms.Tensor(a) for a in arrays)
     losses, times = [], []
     for _ in range(steps + 1):
         started = time.perf_counter()
