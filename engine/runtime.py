@@ -455,7 +455,7 @@ def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
 ) -> str | None:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, training-mode BatchNorm + SiLU) on CPU in fp32 with ``auto``.
+    convolutions, BatchNorm + SiLU) on CPU in fp32 with ``auto``.
 
     MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
     operators and a slow BatchNormGrad); GPU and Ascend keep their native operators. Without

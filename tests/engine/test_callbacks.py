@@ -225,3 +225,31 @@ def test_time_limit_stops_when_the_next_epoch_would_not_fit(monkeypatch):
         if ctx.stopped:
             break
     assert stopped == [False, False, True]
+
+
+class RecordingNetwork:
+    """Records what the callback asks the training network to compile."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, *inputs):
+        self.compiled.append(inputs)
+
+
+def test_compile_training_graph_compiles_once_with_the_batch_then_releases_heap(
+    monkeypatch, caplog
+):
+    released = []
+    monkeypatch.setattr(cbs, "release_free_heap", lambda: released.append(len(net.compiled)))
+    net = RecordingNetwork()
+    batch = (Tensor(np.zeros((2, 3), np.float32)), Tensor(np.ones((2, 1), np.float32)))
+    ctx = RunContext(train_network=net, train_dataset_element=batch)
+    callback = cbs.CompileTrainingGraph()
+    with caplog.at_level(logging.INFO, logger="train"):
+        for _ in range(3):
+            callback.on_train_step_begin(ctx)
+    assert net.compiled == [batch]  # the first step's inputs, once
+    assert released == [1]  # after compiling, before the step runs
+    logged = [r.getMessage() for r in caplog.records if "compiled in" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].startswith("training graph compiled in")

@@ -67,6 +67,7 @@ def test_the_library_holds_every_kernel_and_takes_a_thread_count(library):
         "DepthwiseConvGradWeightS2",
         "BatchNormSiluForward",
         "BatchNormSiluGrad",
+        "BatchNormSiluInfer",
     ):
         assert hasattr(lib, name), name
     try:
