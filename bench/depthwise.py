@@ -112,7 +112,10 @@ def compare_train_steps(steps: int, threads: int) -> dict:
     from engine.runtime import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=["runtime=cpu", f"runtime.threads={threads}"])
+        cfg = compose(
+            "config",
+            overrides=["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"],
+        )
     print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms

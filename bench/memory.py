@@ -123,7 +123,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
     stages.mark("+ inference graph (2 batches)")
     return {
         "framework": "msdet",
-        "cpu_kernels": rt.cpu_kernels is not None,
+        "cpu_kernels": list(rt.kernel_names),
         "peak_resets": stages.resets,
         "stages": stages.rows,
     }

@@ -148,7 +148,7 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
             ops += int(row["op_occurrences"])
     return {
         "framework": "msdet",
-        "cpu_kernels": rt.cpu_kernels is not None,
+        "cpu_kernels": list(rt.kernel_names),
         "step_s": round(wall, 4),
         "profiled_step_s": round(median(profiled[1:]), 4),
         "ops_per_step": round(ops / steps),

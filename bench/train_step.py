@@ -3,16 +3,22 @@
     python -m bench.train_step [model=yolox_nano] [train.batch_size=8] [data.img_size=[320,320]]
                                [runtime.amp=O0] [runtime.mode=graph] [--steps 20] [--objects 5]
     python -m bench.train_step --infer [eval.img_size=[416,416]] [eval.batch_size=8]
+    python -m bench.train_step --alternate runtime.cpu_kernels=auto,native [--rounds 3]
 
 Trailing key=value arguments are Hydra overrides of configs/config.yaml. Reports the
 first-step time (graph compilation included), the median step time after warm-up,
-images/s and peak RSS; ``--infer`` measures inference + NMS instead. The last line is
-``RESULT {json}``.
+images/s and peak RSS; ``--infer`` measures inference + NMS instead. ``--alternate KEY=A,B``
+runs the same benchmark in fresh processes with each value of one override, one after the
+other for ``--rounds`` rounds (machine noise hits every value alike), and reports each
+value's median step. The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
+import sys
 import time
 
 from hydra import compose, initialize_config_dir
@@ -22,6 +28,7 @@ from bench.common import (
     peak_rss_mb,
     print_header,
     print_result,
+    read_result,
     synthetic_batch,
     timed,
 )
@@ -66,6 +73,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
         "max_objects": int(cfg.data.max_objects),
         "amp": rt.amp_level,
         "mode": rt.mode,
+        "cpu_kernels": list(rt.kernel_names),
         "first_step_s": round(first, 3),
         "step_s": round(t, 4),
         "images_per_s": round(batch / t, 2),
@@ -108,8 +116,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--objects", type=int, default=5, help="boxes per image")
     parser.add_argument("--num-classes", type=int, default=80)
     parser.add_argument("--infer", action="store_true", help="inference + NMS instead")
+    parser.add_argument("--alternate", metavar="KEY=A,B", help="compare values of one override")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --alternate")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=yolox_s")
     args = parser.parse_args(argv)
+    if args.alternate:
+        return alternate(args, argv if argv is not None else sys.argv[1:])
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = prepare_config(compose("config", overrides=["runtime=cpu", *args.overrides]))
     print_header("msdet " + ("inference" if args.infer else "training step"))
@@ -118,6 +130,51 @@ def main(argv: list[str] | None = None) -> dict:
         result = run_infer(cfg, rt, args.steps, args.warmup, args.num_classes)
     else:
         result = run_train(cfg, rt, args.steps, args.warmup, args.objects, args.num_classes)
+    print_result(result)
+    return result
+
+
+def alternate(args, argv: list[str]) -> dict:
+    """``--alternate KEY=A,B``: each value in a fresh process, values alternating per round."""
+    key, _, values = args.alternate.partition("=")
+    choices = [v for v in values.split(",") if v]
+    if not key or len(choices) < 2:
+        raise SystemExit("--alternate takes KEY=A,B[,...] (two values at least)")
+    rest, skip = [], False
+    for a in argv:  # the same command without --alternate/--rounds
+        if skip:
+            skip = False
+        elif a in ("--alternate", "--rounds"):
+            skip = True
+        elif not a.startswith(("--alternate=", "--rounds=")):
+            rest.append(a)
+    print_header(f"msdet training step, alternating {key}")
+    runs: dict[str, list[dict]] = {v: [] for v in choices}
+    for r in range(args.rounds):
+        for value in choices:
+            cmd = [sys.executable, "-m", "bench.train_step", *rest, f"{key}={value}"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+            result = read_result(done.stdout)
+            runs[value].append(result)
+            print(
+                f"round {r + 1} {key}={value}: {result['step_s']:.3f} s/step, first step "
+                f"{result['first_step_s']:.1f} s, kernels {result.get('cpu_kernels')}",
+                flush=True,
+            )
+    summary = {
+        value: {
+            "step_s": [x["step_s"] for x in rs],
+            "median_step_s": round(statistics.median(x["step_s"] for x in rs), 4),
+            "first_step_s": [x["first_step_s"] for x in rs],
+            "cpu_kernels": rs[0].get("cpu_kernels"),
+        }
+        for value, rs in runs.items()
+    }
+    for value, row in summary.items():
+        print(f"{key}={value}: median {row['median_step_s']:.3f} s/step over {args.rounds} rounds")
+    result = {"kind": "alternate", "key": key, "rounds": args.rounds, "values": summary}
     print_result(result)
     return result
 

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
 MODES = ("graph", "pynative")
 AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
-CPU_KERNELS = ("auto", "native")
+CPU_KERNELS = ("auto", "msdet", "native")
 
 # On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
 # 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
@@ -114,6 +114,7 @@ class Runtime:
     float_status: bool = False  # overflow read from the device's float-status register
     precision_mode: str | None = None  # Ascend operator precision mode set at start-up
     cpu_kernels: str | None = None  # msdet's compiled CPU kernel library models use, or None
+    kernel_names: tuple[str, ...] = ()  # the kernels models run on it (ops.cpu_kernels.KERNELS)
 
     @property
     def is_main(self) -> bool:
@@ -279,7 +280,7 @@ def setup_runtime(
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = resolve_amp(cfg.amp, device)
-    cpu_kernels = setup_cpu_kernels(
+    cpu_kernels, kernel_names = setup_cpu_kernels(
         cpu_kernels or str(cfg.get("cpu_kernels", "auto")), device, amp_level, threads
     )
 
@@ -298,24 +299,28 @@ def setup_runtime(
         float_status=device == "Ascend" and _ascend_uses_float_status(),
         precision_mode=precision,
         cpu_kernels=cpu_kernels,
+        kernel_names=kernel_names,
     )
     if cfg.get("compile_cache", False):
         if graph_key is None:
             raise ValueError("runtime.compile_cache is only available to train.py")
         folder = compile_cache_folder(
-            user_cache_dir("graphs"), graph_key, device, cpu_kernels, ms.__version__
+            user_cache_dir("graphs"), graph_key, device, _kernel_key(rt), ms.__version__
         )
         os.environ.update(dict(zip(COMPILE_CACHE_VARS, ("1", folder))))
         log.info("compile cache: graphs kept in %s", folder)
     if changed.get(ONEDNN_ISA_VAR):
         log.info("CPU: %s=%s set for fast oneDNN convolutions", ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)
-    if cpu_kernels:
-        log.info(
-            "CPU: depthwise convolutions and BatchNorm+SiLU on msdet's kernels (%s)", cpu_kernels
-        )
     if fusion_flags:
         log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)
     return rt
+
+
+def _kernel_key(rt: Runtime) -> str | None:
+    """The kernel library and the kernels in use: both change the compiled graphs."""
+    if rt.cpu_kernels is None:
+        return None
+    return f"{rt.cpu_kernels}:{','.join(rt.kernel_names)}"
 
 
 def graph_key(cfg: Any) -> str:
@@ -453,26 +458,46 @@ def float_status_ops() -> tuple:
 
 def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
-) -> str | None:
+) -> tuple[str | None, tuple[str, ...]]:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, BatchNorm + SiLU) on CPU in fp32 with ``auto``.
+    convolutions, BatchNorm + SiLU) where they are faster, on CPU in fp32.
 
     MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
-    operators and a slow BatchNormGrad); GPU and Ascend keep their native operators. Without
-    a working compiler the native operators are used (``ops.cpu_kernels`` logs one line); so
-    they are under mixed precision, as the kernels are float32 only. The kernels split their
-    loops over ``threads`` (None: every core this process may use).
-    Returns the kernel library's path, or None when models use the native operators.
+    operators and a slow BatchNormGrad), but whether msdet's direct loops win depends on the
+    CPU (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
+    ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
+    once, cached with the library), ``msdet`` uses both unmeasured (tests, benchmarks),
+    ``native`` neither. GPU, Ascend, mixed precision (the kernels are float32) and a machine
+    without a working compiler keep MindSpore's operators. Logs the decision in one line.
+    Returns (the kernel library's path or None, the kernels models use).
     """
     if choice not in CPU_KERNELS:
         raise ValueError(f"runtime.cpu_kernels must be one of {CPU_KERNELS}, got {choice!r}")
     from data.config import available_cores
     from ops import cpu_kernels
 
+    cpu_kernels.set_custom_kernel_library(None)
     if choice == "native" or device != "CPU" or amp_level != "O0":
-        cpu_kernels.set_custom_kernel_library(None)
-        return None
-    return cpu_kernels.enable(threads or available_cores())
+        return None, ()
+    threads = threads or available_cores()
+    library = cpu_kernels.build_kernel_library()
+    if library is None:
+        return None, ()
+    if choice == "msdet":
+        kernels = cpu_kernels.KERNELS
+        log.info("CPU kernels: depthwise convolutions and BatchNorm+SiLU on msdet's kernels")
+    else:
+        import mindspore as ms
+
+        from ops import kernel_choice
+
+        record = kernel_choice.decide(library, threads, ms.__version__)
+        kernels = tuple(record["kernels"])
+        log.info("%s", kernel_choice.describe(record))
+    if not kernels:
+        return None, ()
+    cpu_kernels.enable(threads, kernels=kernels)
+    return library, kernels
 
 
 def _init_distributed(ms: Any, device: str) -> tuple[int, int]:

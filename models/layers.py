@@ -44,7 +44,7 @@ def conv2d(
     pad = (ksize - 1) // 2
     fan_in = (in_channels // groups) * ksize * ksize
     weight_init = HeUniform(negative_slope=math.sqrt(5))
-    library = custom_kernel_library()
+    library = custom_kernel_library("depthwise")
     depthwise = groups == in_channels == out_channels and groups > 1 and not bias
     if library and depthwise and ksize % 2 == 1 and stride in CUSTOM_DEPTHWISE_STRIDES:
         return DepthwiseConv2d(in_channels, ksize, stride, weight_init, library)
@@ -96,7 +96,7 @@ class BaseConv(nn.Cell):
         self.conv = conv2d(in_channels, out_channels, ksize, stride, groups, bias)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
         self.act = activation(act)
-        library = custom_kernel_library()
+        library = custom_kernel_library("batchnorm_silu")
         self.fused = (
             BatchNormSiLU(BN_EPS, BN_MOMENTUM, library) if library and act == "silu" else None
         )

@@ -10,8 +10,11 @@ outside the source tree, keyed by the sources, the compiler, the flags and the C
 cache shared between machines never hands one CPU's ``-march=native`` code to another.
 
 The switch is process-wide and set by the device module (``engine.runtime``): on CPU it
-calls :func:`enable`; models ask :func:`custom_kernel_library` when they are built and keep
-MindSpore's operators when it is None (GPU, Ascend, mixed precision, no compiler, export).
+calls :func:`enable` with the kernels to use (``runtime.cpu_kernels=auto``: those that
+``ops.kernel_choice`` measured to be faster on this CPU); models ask
+:func:`custom_kernel_library` for each kernel when they are built and keep MindSpore's
+operator when it is None (GPU, Ascend, mixed precision, no compiler, export, a kernel that
+lost on this CPU).
 """
 
 from __future__ import annotations
@@ -37,20 +40,39 @@ CACHE_VAR = "MSDET_CACHE_DIR"
 # see _cpu_signature); -fopenmp: outer loops split over a thread team (kernels/threads.h).
 CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC")
 
+# The operators the library provides, by the name models ask for.
+KERNELS = ("depthwise", "batchnorm_silu")
+
 _library: str | None = None
+_kernels: tuple[str, ...] = ()
 
 
-def custom_kernel_library() -> str | None:
-    """The compiled kernel library models should use, or None for MindSpore's operators."""
+def custom_kernel_library(kernel: str | None = None) -> str | None:
+    """The compiled kernel library models should use for ``kernel`` (one of
+    :data:`KERNELS`; None: for any of them), or None for MindSpore's operator."""
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"unknown msdet kernel {kernel!r}; one of {KERNELS}")
+    if kernel is not None and kernel not in _kernels:
+        return None
     return _library
 
 
-def set_custom_kernel_library(path: str | None) -> None:
-    """Set (a path) or clear (None) the kernel library used by models built from now on."""
-    global _library
+def enabled_kernels() -> tuple[str, ...]:
+    """The kernels models built from now on run on msdet's library (empty: none)."""
+    return _kernels if _library else ()
+
+
+def set_custom_kernel_library(path: str | None, kernels: tuple[str, ...] = KERNELS) -> None:
+    """Set (a path) or clear (None) the kernel library used by models built from now on,
+    for ``kernels`` (default: all of them)."""
+    global _library, _kernels
     if path is not None and not os.path.isfile(path):
         raise FileNotFoundError(f"msdet kernel library {path} does not exist")
-    _library = path
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        raise ValueError(f"unknown msdet kernels {unknown}; choose from {KERNELS}")
+    _library = path if kernels else None
+    _kernels = tuple(k for k in KERNELS if k in kernels) if path else ()
 
 
 def user_cache_dir(name: str) -> str:
@@ -138,11 +160,14 @@ def set_kernel_threads(library: str, threads: int) -> int:
     return int(lib.MsdetThreads())
 
 
-def enable(threads: int = 1, cache_dir: str | None = None) -> str | None:
+def enable(
+    threads: int = 1, cache_dir: str | None = None, kernels: tuple[str, ...] = KERNELS
+) -> str | None:
     """Build (or find cached) the kernel library, set its thread count, and make models
-    built from now on use it; returns its path (None: no compiler, MindSpore's operators)."""
+    built from now on use it for ``kernels``; returns its path (None: no compiler,
+    MindSpore's operators)."""
     lib = build_kernel_library(cache_dir)
     if lib is not None:
         set_kernel_threads(lib, threads)
-    set_custom_kernel_library(lib)
+    set_custom_kernel_library(lib, kernels)
     return lib

@@ -167,18 +167,21 @@ def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
     previous = cpu_kernels.custom_kernel_library()
     try:
-        lib = runtime.setup_cpu_kernels("auto", "CPU")
+        lib, kernels = runtime.setup_cpu_kernels("msdet", "CPU")
         if lib is None:
             pytest.skip("no C++ compiler on this machine")
         assert os.path.dirname(lib) == str(tmp_path / "kernels")
+        assert kernels == cpu_kernels.KERNELS
         assert cpu_kernels.custom_kernel_library() == lib
-        # Ascend/GPU keep their native operators; so does an explicit "native".
-        assert runtime.setup_cpu_kernels("auto", "Ascend") is None
+        # Ascend/GPU keep their native operators (auto too: nothing measured there); so does
+        # an explicit "native".
+        assert runtime.setup_cpu_kernels("auto", "Ascend") == (None, ())
+        assert runtime.setup_cpu_kernels("msdet", "Ascend") == (None, ())
         assert cpu_kernels.custom_kernel_library() is None
-        runtime.setup_cpu_kernels("auto", "CPU")
-        assert runtime.setup_cpu_kernels("native", "CPU") is None
-        runtime.setup_cpu_kernels("auto", "CPU")
-        assert runtime.setup_cpu_kernels("auto", "CPU", "O2") is None  # fp32-only kernel
+        runtime.setup_cpu_kernels("msdet", "CPU")
+        assert runtime.setup_cpu_kernels("native", "CPU") == (None, ())
+        runtime.setup_cpu_kernels("msdet", "CPU")
+        assert runtime.setup_cpu_kernels("msdet", "CPU", "O2") == (None, ())  # fp32-only kernel
         assert cpu_kernels.custom_kernel_library() is None
         with pytest.raises(ValueError, match="runtime.cpu_kernels"):
             runtime.setup_cpu_kernels("fast", "CPU")

@@ -1,0 +1,300 @@
+"""Which of msdet's CPU kernels make the training step faster on *this* CPU: measured once.
+
+msdet's kernels (``ops.cpu_kernels``: depthwise convolution, BatchNorm + SiLU) made the
+YOLOX-nano step 1.35x faster on an Intel Xeon and 1.27x on an AVX-512 AMD EPYC, but slower on
+an AVX2-only AMD EPYC (0.88 vs 0.70-0.81 s, BENCHMARKS.md). Whether a direct loop on an
+OpenMP team beats MindSpore's operator depends on the CPU, its caches and how quickly the
+team's sleeping threads wake up between operators, so ``runtime.cpu_kernels=auto`` does not
+assume: the first time a library is used with a thread count, :func:`measure` runs a short
+benchmark in a separate process (its graphs, memory and random state never touch the
+training process) and :func:`choose` keeps a kernel only where it wins by a margin.
+
+The benchmark is the shape of YOLOX-nano's backbone at 320 px and batch 8: depthwise 3x3
+(strides 1 and 2) -> BatchNorm -> SiLU -> pointwise 1x1 -> BatchNorm -> SiLU, five times,
+forward and backward in one graph, so MindSpore's own operators run between the kernels as
+in the network. Four variants: MindSpore's operators only, with msdet's depthwise kernel,
+with its BatchNorm + SiLU, with both; they alternate, several rounds. The decision is cached
+beside the library (``<library>.choice-t<threads>.json``), whose name already holds the
+sources, compiler, flags and CPU.
+
+    python -m ops.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ops.cpu_kernels import KERNELS
+
+log = logging.getLogger(__name__)
+
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "native": (),
+    "depthwise": ("depthwise",),
+    "batchnorm_silu": ("batchnorm_silu",),
+    "both": KERNELS,
+}
+# A variant replaces MindSpore's operators only when its median step is at least this much
+# faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
+MARGIN = 0.05
+ROUNDS, WARMUP = 5, 2
+BATCH = 8
+# (channels in, channels out, input side, depthwise stride): YOLOX-nano's DWConv blocks
+# at 320 px, the stem's output onwards.
+BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 600
+
+
+def choose(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """The kernels of the fastest variant, or none unless it beats ``native`` by ``margin``.
+
+    ``median_ms`` maps each name of :data:`VARIANTS` to its median step time.
+    """
+    missing = [name for name in VARIANTS if name not in median_ms]
+    if missing:
+        raise ValueError(f"kernel benchmark has no time for {missing}")
+    best = min(VARIANTS, key=lambda name: median_ms[name])
+    if median_ms[best] < (1.0 - margin) * median_ms["native"]:
+        return VARIANTS[best]
+    return ()
+
+
+def choice_path(library: str, threads: int) -> str:
+    """Where the decision for ``library`` at ``threads`` threads is cached."""
+    return f"{os.path.splitext(library)[0]}.choice-t{int(threads)}.json"
+
+
+def cached_choice(library: str, threads: int, mindspore_version: str) -> dict | None:
+    """The cached record for this library, thread count and MindSpore version, or None."""
+    path = choice_path(library, threads)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if record.get("mindspore") != mindspore_version or not isinstance(record.get("kernels"), list):
+        return None
+    if any(k not in KERNELS for k in record["kernels"]):
+        return None
+    return record
+
+
+def decide(library: str, threads: int, mindspore_version: str) -> dict:
+    """The cached record, else measure in a child process and cache it.
+
+    Returns ``{"kernels": [...], "median_ms": {variant: ms}, "mindspore": ..., ...}``; on a
+    failed measurement ``kernels`` is empty (MindSpore's operators: never slower) and
+    ``error`` says why. Ranks sharing a host measure once: the others wait on a lock file.
+    """
+    record = cached_choice(library, threads, mindspore_version)
+    if record is not None:
+        return record
+    with _locked(choice_path(library, threads) + ".lock"):
+        record = cached_choice(library, threads, mindspore_version)  # another rank's
+        if record is not None:
+            return record
+        log.info("measuring which of msdet's CPU kernels are faster here (once, ~30 s)")
+        record = _measure_in_child(library, threads)
+        if "error" in record:
+            log.warning(
+                "kernel benchmark failed (%s): MindSpore's operators are used", record["error"]
+            )
+            return record  # not cached: the next run tries again
+        _write_json(choice_path(library, threads), record)
+    return record
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """One log line: what runs on which kernels, and the measured times."""
+    times = record.get("median_ms") or {}
+    figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in VARIANTS if name in times)
+    chosen = " and ".join(
+        {"depthwise": "depthwise convolutions", "batchnorm_silu": "BatchNorm+SiLU"}[k]
+        for k in record.get("kernels", [])
+    )
+    what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
+    return (
+        f"CPU kernels (measured on this CPU, {record.get('threads')} threads): {what} ({figures})"
+    )
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    import fcntl
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_json(path: str, record: Mapping[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
+# A launcher's variables (msrun, rank tables) must not make the child join the cluster, nor
+# may the child's graphs land in a compile cache.
+CHILD_DROPS_PREFIXES = (
+    "MS_ROLE",
+    "MS_SCHED",
+    "MS_WORKER",
+    "MS_NODE",
+    "MS_LOCAL",
+    "MS_COMPILER_CACHE",
+)
+CHILD_DROPS = ("RANK_ID", "RANK_SIZE", "RANK_TABLE_FILE", "DEVICE_ID")
+
+
+def _measure_in_child(library: str, threads: int) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in CHILD_DROPS and not k.startswith(CHILD_DROPS_PREFIXES)
+    }
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "ops.kernel_choice", library, str(int(threads))]
+    try:
+        done = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"kernels": [], "error": str(err)}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"kernels": [], "error": f"exit {done.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
+    """Run the benchmark in this process (graph mode) and return the record to cache."""
+    import mindspore as ms
+    import numpy as np
+
+    from ops.cpu_kernels import set_kernel_threads
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.device_context.cpu.op_tuning.threads_num(int(threads))
+    set_kernel_threads(library, threads)
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(
+        rng.standard_normal((BATCH, BLOCKS[0][0], BLOCKS[0][2], BLOCKS[0][2]), np.float32)
+    )
+    steps = {name: _grad_step(_blocks(library, kernels, rng)) for name, kernels in VARIANTS.items()}
+    compile_s = {}
+    for name, step in steps.items():
+        started = time.perf_counter()
+        step(x)[0].asnumpy()
+        compile_s[name] = round(time.perf_counter() - started, 2)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(WARMUP + rounds):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step(x)[0].asnumpy()
+            if i >= WARMUP:
+                times[name].append(1000.0 * (time.perf_counter() - started))
+    median_ms = {name: round(float(np.median(t)), 2) for name, t in times.items()}
+    return {
+        "kernels": list(choose(median_ms)),
+        "median_ms": median_ms,
+        "first_call_s": compile_s,
+        "threads": int(threads),
+        "margin": MARGIN,
+        "mindspore": ms.__version__,
+        "library": os.path.basename(library),
+    }
+
+
+def _blocks(library: str, kernels: Sequence[str], rng) -> Any:
+    """The benchmark network with ``kernels`` on msdet's library, the rest on MindSpore's."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.batchnorm_silu import BatchNormSiLU
+    from ops.depthwise import DepthwiseConv2d
+
+    def weight(shape):  # no MindSpore initialiser: its random state is not touched
+        return ms.Tensor(rng.uniform(-0.3, 0.3, shape).astype("float32"))
+
+    class NormAct(nn.Cell):
+        def __init__(self, channels: int):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(channels, eps=1e-3, momentum=0.97)
+            self.act = nn.SiLU()
+            fused = "batchnorm_silu" in kernels
+            self.fused = BatchNormSiLU(1e-3, 0.97, library) if fused else None
+
+        def construct(self, x):
+            if self.fused is None:
+                return self.act(self.bn(x))
+            bn = self.bn
+            return self.fused(x, bn.gamma, bn.beta, bn.moving_mean, bn.moving_variance)
+
+    class Block(nn.Cell):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            if "depthwise" in kernels:
+                self.dconv = DepthwiseConv2d(cin, 3, stride, weight((cin, 1, 3, 3)), library)
+            else:
+                self.dconv = nn.Conv2d(
+                    cin, cin, 3, stride, pad_mode="pad", padding=1, group=cin,
+                    weight_init=weight((cin, 1, 3, 3)),
+                )  # fmt: skip
+            self.norm1 = NormAct(cin)
+            self.pconv = nn.Conv2d(cin, cout, 1, weight_init=weight((cout, cin, 1, 1)))
+            self.norm2 = NormAct(cout)
+
+        def construct(self, x):
+            return self.norm2(self.pconv(self.norm1(self.dconv(x))))
+
+    return nn.SequentialCell([Block(cin, cout, s) for cin, cout, _, s in BLOCKS])
+
+
+def _grad_step(net) -> Any:
+    """A Cell computing the sum of ``net``'s output and its gradients w.r.t. the weights,
+    as the training step does (a Cell around ``value_and_grad``: the same network behind an
+    ``ms.jit`` function ran MindSpore's depthwise weight gradient ~40x slower)."""
+    import mindspore as ms
+    from mindspore import nn
+
+    class Step(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            self.grad_fn = ms.value_and_grad(self.forward, None, net.trainable_params())
+
+        def forward(self, x):
+            return self.net(x).sum()
+
+        def construct(self, x):
+            return self.grad_fn(x)
+
+    step = Step()
+    step.set_train(True)
+    return step
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit("usage: python -m ops.kernel_choice LIBRARY THREADS")
+    print(json.dumps(measure(args[0], int(args[1]))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""ops.kernel_choice: which of msdet's CPU kernels runtime.cpu_kernels=auto uses, by measurement."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from engine import runtime
+from ops import cpu_kernels, kernel_choice
+from ops.kernel_choice import VARIANTS, cached_choice, choice_path, choose, decide, describe
+
+
+def times(native, depthwise, batchnorm_silu, both):
+    return {
+        "native": native,
+        "depthwise": depthwise,
+        "batchnorm_silu": batchnorm_silu,
+        "both": both,
+    }
+
+
+def test_choose_keeps_the_fastest_variant_only_when_it_clearly_wins():
+    assert choose(times(160, 115, 138, 65)) == ("depthwise", "batchnorm_silu")
+    assert choose(times(160, 100, 170, 120)) == ("depthwise",)
+    assert choose(times(160, 170, 120, 150)) == ("batchnorm_silu",)
+    # The AVX2-only EPYC's case: the kernels lose.
+    assert choose(times(700, 760, 800, 880)) == ()
+    # Faster by less than the margin (5%): not worth a different rounding.
+    assert choose(times(100, 97, 99, 96)) == ()
+    assert choose(times(100, 94, 99, 96)) == ("depthwise",)
+    with pytest.raises(ValueError, match="no time for"):
+        choose({"native": 1.0, "both": 0.5})
+
+
+def record(kernels, version="2.10.0", threads=2):
+    return {
+        "kernels": list(kernels),
+        "median_ms": times(1, 1, 1, 1),
+        "mindspore": version,
+        "threads": threads,
+    }
+
+
+def test_the_cached_decision_is_per_library_threads_and_mindspore_version(tmp_path):
+    lib = str(tmp_path / "msdet_kernels-abc.so")
+    path = choice_path(lib, 2)
+    assert path.endswith("msdet_kernels-abc.choice-t2.json") and choice_path(lib, 1) != path
+    assert cached_choice(lib, 2, "2.10.0") is None
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record(["depthwise"]), f)
+    assert cached_choice(lib, 2, "2.10.0")["kernels"] == ["depthwise"]
+    assert cached_choice(lib, 2, "2.11.0") is None  # another MindSpore: measure again
+    assert cached_choice(lib, 1, "2.10.0") is None
+    for broken in ("{not json", json.dumps(record(["fast_conv"]))):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(broken)
+        assert cached_choice(lib, 2, "2.10.0") is None
+
+
+def test_decide_uses_the_cache_and_never_caches_a_failure(tmp_path, monkeypatch):
+    lib = str(tmp_path / "lib.so")
+    calls = []
+
+    def child(library, threads):
+        calls.append((library, threads))
+        return (
+            {"kernels": [], "error": "exit 1: boom"}
+            if len(calls) == 1
+            else record(["batchnorm_silu"])
+        )
+
+    monkeypatch.setattr(kernel_choice, "_measure_in_child", child)
+    assert decide(lib, 2, "2.10.0")["error"] == "exit 1: boom"  # failed: MindSpore's operators
+    assert decide(lib, 2, "2.10.0")["kernels"] == ["batchnorm_silu"]  # measured again
+    assert decide(lib, 2, "2.10.0")["kernels"] == ["batchnorm_silu"]  # from the cache
+    assert calls == [(lib, 2), (lib, 2)]
+
+
+def test_describe_is_one_line_with_the_figures():
+    line = describe({**record(["depthwise"]), "median_ms": times(160.2, 114.9, 138.3, 64.8)})
+    assert "\n" not in line and "depthwise convolutions on msdet's kernels" in line
+    assert "native 160 ms" in line and "both 65 ms" in line
+    assert "MindSpore's operators only" in describe(record([]))
+
+
+@pytest.fixture
+def kernel_state():
+    previous = (cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels())
+    yield
+    cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
+
+
+def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog, kernel_state):
+    import mindspore as ms
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
+    lib = cpu_kernels.build_kernel_library()
+    if lib is None:
+        pytest.skip("no C++ compiler on this machine")
+    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
+        json.dump(record(["depthwise"], ms.__version__), f)
+    with caplog.at_level(logging.INFO, logger="engine.runtime"):
+        assert runtime.setup_cpu_kernels("auto", "CPU", threads=2) == (lib, ("depthwise",))
+    assert cpu_kernels.custom_kernel_library("depthwise") == lib
+    assert cpu_kernels.custom_kernel_library("batchnorm_silu") is None
+    assert any(
+        "depthwise convolutions on msdet's kernels" in r.getMessage() for r in caplog.records
+    )
+
+    from models.layers import BaseConv, DWConv
+    from ops.depthwise import DepthwiseConv2d
+
+    block = DWConv(8, 16, 3)
+    assert isinstance(block.dconv.conv, DepthwiseConv2d) and block.pconv.fused is None
+    # Measured slower everywhere: MindSpore's operators, nothing enabled.
+    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
+        json.dump(record([], ms.__version__), f)
+    assert runtime.setup_cpu_kernels("auto", "CPU", threads=2) == (None, ())
+    assert BaseConv(8, 8, 3).fused is None and cpu_kernels.enabled_kernels() == ()
+    # msdet forces both (tests, benchmarks) without measuring.
+    assert runtime.setup_cpu_kernels("msdet", "CPU", threads=2) == (lib, cpu_kernels.KERNELS)
+    assert BaseConv(8, 8, 3).fused is not None
+
+
+@pytest.mark.slow
+def test_the_benchmark_measures_every_variant(library):
+    """The child-process benchmark itself (~10-25 s on 2 cores): every variant timed, the
+    decision the one :func:`choose` makes from the times, cached under the library's name."""
+    result = kernel_choice._measure_in_child(library, 2)
+    assert "error" not in result, result
+    assert set(result["median_ms"]) == set(VARIANTS)
+    assert all(t > 0 for t in result["median_ms"].values())
+    assert tuple(result["kernels"]) == choose(result["median_ms"])
+    assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
