@@ -14,7 +14,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from engine.cli import prepare_config, user_errors
-from engine.runtime import graph_key, setup_runtime
+from engine.compiler import graph_key
+from engine.runtime import setup_runtime
 
 log = logging.getLogger("train")
 

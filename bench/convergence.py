@@ -18,7 +18,6 @@ multi-scale (sizes 32 * (img/32 - R .. img/32 + R), a new one every 10 steps): m
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from bench.common import CONFIG_DIR, print_header, print_result
+from engine.run_record import read_results
 
 ROOT = os.path.dirname(CONFIG_DIR)
 
@@ -56,8 +56,7 @@ def run_msdet(args, out: str) -> dict:
 
 def load_msdet(out: str) -> dict:
     run_dir = os.path.join(out, "msdet")
-    with open(os.path.join(run_dir, "results.csv"), encoding="utf-8") as f:
-        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    rows = read_results(run_dir)
     wall = 0.0
     for r in rows:
         wall += r["epoch_s"] / 60

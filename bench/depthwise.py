@@ -21,7 +21,7 @@ import argparse
 import os
 
 from bench.common import median, print_header, print_result, timed
-from engine.runtime import configure_process_env
+from engine.device import configure_process_env
 
 # (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
 SHAPES = ((16, 160, 2), (32, 80, 1), (32, 80, 2), (64, 40, 1), (64, 40, 2), (128, 20, 1))

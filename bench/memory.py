@@ -68,7 +68,8 @@ def msdet_side(args, overrides: list[str]) -> dict:
 
     from bench.common import CONFIG_DIR, synthetic_batch
     from engine.cli import prepare_config
-    from engine.runtime import release_free_heap, setup_runtime
+    from engine.memory import release_free_heap
+    from engine.runtime import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
@@ -87,8 +88,9 @@ def msdet_side(args, overrides: list[str]) -> dict:
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
 
+    from engine.amp import apply_amp
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import apply_amp, build_train_step
+    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from bench.common import cpu_model
-from engine.runtime import configure_process_env
+from engine.device import configure_process_env
 
 NUM_CLASSES = 80
 IMG = 640.0

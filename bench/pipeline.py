@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from engine.runtime import configure_process_env
+from engine.device import configure_process_env
 
 configure_process_env("CPU")  # before MindSpore loads (imported by data.pipeline)
 

@@ -33,14 +33,16 @@ from bench.common import (
     timed,
 )
 from engine.cli import prepare_config
-from engine.runtime import release_free_heap, setup_runtime
+from engine.memory import release_free_heap
+from engine.runtime import setup_runtime
 
 
 def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) -> dict:
     import mindspore as ms
 
+    from engine.amp import apply_amp
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import apply_amp, build_train_step
+    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 

@@ -1,5 +1,14 @@
 """Training callbacks: each one small and single-purpose, sharing a :class:`TrainState`.
 
+At the end of an epoch some callbacks read what others write there (the evaluation's
+metrics, the epoch's row of figures). Each callback therefore declares its ``phase``:
+:data:`MEASURE` (per-step statistics), :data:`EVALUATE` (writes ``metrics``, ``evaluated``,
+``is_best``, ``best_map``), :data:`SUMMARISE` (reads those and the sums, appends the epoch's
+row to ``history``), :data:`RECORD` (reads the row and the best mAP: checkpoints,
+results.csv, TensorBoard) and :data:`DECIDE` (reads them to stop the run). :func:`ordered`
+sorts a callback list by phase, so the list can be built in any order; within a phase
+callbacks do not depend on each other.
+
 MindSpore calls ``on_train_epoch_end`` once per *sink* in data-sink mode; with
 ``runtime.sink_size`` smaller than an epoch, several sinks make one epoch. The
 :class:`EpochCallback` base turns sinks back into epochs, so every callback here speaks
@@ -16,6 +25,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +34,14 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 from data.pipeline import first_no_aug_epoch
-from engine.runtime import release_free_heap
+from engine.memory import release_free_heap
+from engine.run_record import write_results
 from engine.step_stats import LOSS_TERMS, read_and_reset
 
 log = logging.getLogger("train")
 
-LOSS_NAMES = LOSS_TERMS
+# Phases (see the module docstring): lower runs first at every callback point.
+MEASURE, EVALUATE, SUMMARISE, RECORD, DECIDE = range(5)
 LONG_OVERFLOW_RUN = 10  # overflowed steps in a row that make the overflow line a warning
 # Positions in the training step's outputs (see engine.train_step.TrainStep).
 OUT_LR, OUT_SCALE = 6, 7
@@ -62,7 +74,7 @@ class TrainState:
 
     def reset_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self.sums = dict.fromkeys(LOSS_NAMES + ("num_fg",), 0.0)
+        self.sums = dict.fromkeys(LOSS_TERMS + ("num_fg",), 0.0)
         self.steps = 0
         self.overflow_steps = 0
         self.evaluated = False
@@ -75,8 +87,16 @@ class TrainState:
         return {k: v / n for k, v in self.sums.items()}
 
 
+def ordered(callbacks: Sequence[Any]) -> list[Any]:
+    """``callbacks`` sorted by their ``phase`` (stable; MindSpore's own callbacks, which
+    have none, go with :data:`RECORD`: they only print)."""
+    return sorted(callbacks, key=lambda cb: getattr(cb, "phase", RECORD))
+
+
 class EpochCallback(Callback):
     """Calls :meth:`begin_epoch` / :meth:`end_epoch` with the real (1-based) epoch."""
+
+    phase = RECORD
 
     def __init__(self, state: TrainState):
         super().__init__()
@@ -113,6 +133,8 @@ class CompileTrainingGraph(Callback):
     (:func:`engine.runtime.release_free_heap`: the training peak is lower by that much).
     The step then finds its graph compiled: MindSpore keys it on the phase and inputs."""
 
+    phase = MEASURE
+
     def __init__(self) -> None:
         self.done = False
 
@@ -138,6 +160,8 @@ class StepStats(EpochCallback):
     scaling overflowed steps are skipped by the training step; ``max_overflows`` skipped
     steps in a row (counted in-graph, across sinks) stop the run.
     """
+
+    phase = MEASURE
 
     def __init__(
         self,
@@ -241,6 +265,8 @@ class NoAugSwitch(EpochCallback):
     """Turns the L1 loss on for the no-augmentation epochs (the data turns mosaic off),
     from :func:`data.pipeline.first_no_aug_epoch` on, as YOLOX."""
 
+    phase = MEASURE
+
     def __init__(self, state: TrainState, loss_cell, no_aug_epochs: int):
         super().__init__(state)
         self.loss_cell = loss_cell
@@ -257,9 +283,12 @@ class EvalCallback(EpochCallback):
     """Evaluates (EMA weights when kept) every ``interval`` epochs, every epoch of the
     no-augmentation epochs (as YOLOX) and after the last one.
 
-    ``evaluate(epoch) -> metrics`` does the work (see ``engine.trainer``; None on ranks
+    ``evaluate(epoch) -> metrics`` does the work (``engine.evaluation``; None on ranks
     other than 0, which evaluate their shard only); this decides when and tracks the best.
+    Writes ``metrics``, ``evaluated``, ``is_best`` and ``best_map``.
     """
+
+    phase = EVALUATE
 
     def __init__(self, state: TrainState, evaluate, interval: int, no_aug_epochs: int = 0):
         super().__init__(state)
@@ -287,7 +316,10 @@ class EvalCallback(EpochCallback):
 
 
 class EpochSummary(EpochCallback):
-    """One line per epoch: losses, lr, images/s, ETA, latest mAP; appends to the history."""
+    """One line per epoch: losses, lr, images/s, ETA, latest mAP. Reads the sums and what
+    :class:`EvalCallback` wrote; appends the epoch's row to ``history``."""
+
+    phase = SUMMARISE
 
     def end_epoch(self, epoch, run_context):
         st = self.state
@@ -298,7 +330,7 @@ class EpochSummary(EpochCallback):
         eta = (st.epochs - epoch) * sum(recent) / len(recent)
         row = {
             "epoch": epoch,
-            **{f"loss_{k}": means[k] for k in LOSS_NAMES},
+            **{f"loss_{k}": means[k] for k in LOSS_TERMS},
             "num_fg": means["num_fg"],
             "lr": st.lr,
             "images_per_s": st.steps * st.total_batch / max(seconds, 1e-9),
@@ -344,7 +376,10 @@ def _duration(seconds: float) -> str:
 
 
 class CheckpointCallback(EpochCallback):
-    """``last.ckpt`` every epoch, ``best.ckpt`` on a new best mAP, keep-last-k epoch files."""
+    """``last.ckpt`` every epoch, ``best.ckpt`` on a new best mAP, keep-last-k epoch files.
+    Reads ``is_best`` and ``best_map`` (written by :class:`EvalCallback`)."""
+
+    phase = RECORD
 
     def __init__(self, state: TrainState, manager, train_cell, meta: dict):
         super().__init__(state)
@@ -360,49 +395,24 @@ class CheckpointCallback(EpochCallback):
 
 
 class ResultsCallback(EpochCallback):
-    """``results.csv`` (one row per epoch) and ``results.png`` (losses and mAP curves)."""
+    """``results.csv`` (one row per epoch) and ``results.png`` (``engine.run_record``).
+    Reads ``history`` (all rows, the one :class:`EpochSummary` appended included)."""
+
+    phase = RECORD
 
     def __init__(self, state: TrainState, run_dir: str):
         super().__init__(state)
-        self.csv_path = os.path.join(run_dir, "results.csv")
-        self.png_path = os.path.join(run_dir, "results.png")
+        self.run_dir = run_dir
 
     def end_epoch(self, epoch, run_context):
-        rows = self.state.history
-        if not rows:
-            return
-        with open(self.csv_path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        plot_results(rows, self.png_path)
-
-
-def plot_results(rows: list[dict[str, Any]], path: str) -> None:
-    """Loss terms and mAP per epoch, one panel each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    epochs = [r["epoch"] for r in rows]
-    panels = [f"loss_{k}" for k in LOSS_NAMES] + ["mAP", "mAP50"]
-    fig, axes = plt.subplots(2, 4, figsize=(14, 6))
-    for ax, key in zip(axes.flat, panels + ["lr"]):
-        values = [r[key] for r in rows]
-        pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", markersize=3)
-        ax.set_title(key)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+        write_results(self.state.history, self.run_dir)
 
 
 class TensorBoardCallback(EpochCallback):
-    """Per-epoch scalars (loss terms, lr, throughput, mAP) and a few annotated val images."""
+    """Per-epoch scalars (loss terms, lr, throughput, mAP) and a few annotated val images.
+    Reads the row :class:`EpochSummary` appended and the evaluation's ``metrics``."""
+
+    phase = RECORD
 
     def __init__(self, state: TrainState, log_dir: str, images_fn=None):
         super().__init__(state)
@@ -440,7 +450,10 @@ class TensorBoardCallback(EpochCallback):
 
 
 class EarlyStopping(EpochCallback):
-    """Stops when val mAP has not improved for ``patience`` evaluated epochs (0 = off)."""
+    """Stops when val mAP has not improved for ``patience`` evaluated epochs (0 = off).
+    Reads ``evaluated`` and ``is_best``."""
+
+    phase = DECIDE
 
     def __init__(self, state: TrainState, patience: int):
         super().__init__(state)
@@ -463,6 +476,8 @@ class EarlyStopping(EpochCallback):
 class StopAtEpoch(EpochCallback):
     """Ends the run after epoch ``stop_at`` (schedule unchanged; continue with train.resume)."""
 
+    phase = DECIDE
+
     def __init__(self, state: TrainState, stop_at: int):
         super().__init__(state)
         self.stop_at = int(stop_at)
@@ -479,6 +494,8 @@ class TimeLimit(EpochCallback):
     Stops after an epoch when another epoch (at the mean epoch time so far) would cross
     the limit; the schedule of ``train.epochs`` is unchanged.
     """
+
+    phase = DECIDE
 
     def __init__(self, state: TrainState, minutes: float):
         super().__init__(state)
@@ -503,6 +520,8 @@ class TimeLimit(EpochCallback):
 class UnreadableImagesReport(EpochCallback):
     """Prints how many training images could not be read (and were replaced) this epoch."""
 
+    phase = RECORD
+
     def __init__(self, state: TrainState, stats):
         super().__init__(state)
         self.stats = stats
@@ -522,6 +541,8 @@ class ProfilerCallback(Callback):
     trace lands in ``output_dir/<host>_<pid>_<time>_ascend_ms/`` (MindSpore's layout on
     every device; MindStudio Insight reads it).
     """
+
+    phase = MEASURE
 
     def __init__(
         self, output_dir: str, steps: int, device: str = "CPU", start: int = 2, top: int = 15

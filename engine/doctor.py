@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from engine.runtime import ONEDNN_ISA_VALUE, ONEDNN_ISA_VAR, ascend_present, configure_process_env
+from engine.device import ONEDNN_ISA_VALUE, ONEDNN_ISA_VAR, ascend_present, configure_process_env
 
 REQUIRED_MINDSPORE = "2.10.0"
 # MindSpore -> (CANN, Ascend driver/firmware), as published with MindSpore Transformers'

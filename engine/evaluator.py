@@ -74,21 +74,26 @@ def format_speed(ms_per_image: Mapping[str, float]) -> str:
     return "Speed: " + ", ".join(parts) + " per image"
 
 
-def detections_to_original(
+def detections_in_image(
     dets: np.ndarray, count: int, scale: float, orig_hw: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One image's detections in original-image pixels.
-
-    Returns COCO boxes ``[n, 4]`` (x, y, w, h; the letterbox undone, clipped to the image),
-    scores ``[n]`` and class indices ``[n]`` (int64).
-    """
+    """One image's detections in original-image pixels: boxes ``[n, 4]`` (x1, y1, x2, y2;
+    the letterbox undone, clipped to the image), scores ``[n]``, class indices ``[n]``."""
     dets = np.asarray(dets, dtype=np.float32)[: int(count)]
     h, w = float(orig_hw[0]), float(orig_hw[1])
     xyxy = dets[:, :4] / float(scale)
     xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0.0, w)
     xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0.0, h)
+    return xyxy, dets[:, 4], dets[:, 5].astype(np.int64)
+
+
+def detections_to_original(
+    dets: np.ndarray, count: int, scale: float, orig_hw: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`detections_in_image` with COCO boxes ``[n, 4]`` (x, y, w, h)."""
+    xyxy, scores, labels = detections_in_image(dets, count, scale, orig_hw)
     xywh = np.concatenate((xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]), 1)
-    return xywh, dets[:, 4], dets[:, 5].astype(np.int64)
+    return xywh, scores, labels
 
 
 def prediction_records(

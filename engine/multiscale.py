@@ -40,7 +40,7 @@ import numpy as np
 from mindspore import nn, ops
 from mindspore.train import Callback
 
-from engine.runtime import release_free_heap
+from engine.memory import release_free_heap
 
 log = logging.getLogger("train")
 

@@ -13,7 +13,7 @@ import numpy as np
 from data.image_io import ImageReadError, read_image
 from data.transforms import letterbox
 from data.visualize import draw_boxes
-from engine.evaluator import detections_to_original, prediction_records
+from engine.evaluator import detections_in_image, prediction_records
 from models.inference import InferenceNet, build_nms, load_detector
 
 log = logging.getLogger("predict")
@@ -67,8 +67,7 @@ class Predictor:
         records = prediction_records(
             dets[0], counts[0], scale, hw, self.category_ids, self.class_names
         )
-        xywh, scores, labels = detections_to_original(dets[0], counts[0], scale, hw)
-        xyxy = np.concatenate((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), 1)
+        xyxy, scores, labels = detections_in_image(dets[0], counts[0], scale, hw)
         drawn = draw_boxes(img, xyxy, labels, self.class_names, scores)
         cv2.imwrite(os.path.join(out_dir, os.path.basename(path)), drawn)
         return records

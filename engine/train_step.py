@@ -15,14 +15,12 @@ iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_
 
 from __future__ import annotations
 
-import math
-
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from engine.step_stats import StepStatistics
+from models.checkpoint import EMA_PREFIX
 
-EMA_PREFIX = "ema."
 EMA_RAMP = 2000.0  # YOLOX: decay * (1 - exp(-updates / 2000))
 
 _ema_update = ops.MultitypeFuncGraph("ema_update")
@@ -73,10 +71,6 @@ class ModelEMA(nn.Cell):
         ops.assign(self.updates, updates)
         d = self.decay * (1.0 - ops.exp(-updates / EMA_RAMP))
         return self.hyper_map(ops.partial(_ema_update, 1.0 - d), self.averages, self.sources)
-
-    def current_decay(self) -> float:
-        """The decay the next update will use (for logs)."""
-        return self.decay * (1.0 - math.exp(-(float(self.updates.asnumpy()) + 1) / EMA_RAMP))
 
 
 def network_images(images: ms.Tensor) -> ms.Tensor:

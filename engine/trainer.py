@@ -7,27 +7,19 @@ between steps (logging, evaluation, checkpoints, ...) is in ``engine.callbacks``
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import shutil
 import time
 from typing import Any
 
-import cv2
-import mindspore as ms
 import numpy as np
 from mindspore import nn
 from mindspore.train import LossMonitor, Model, TimeMonitor
 
 from data.build import build_sources
-from data.pipeline import (
-    build_eval_dataset,
-    build_train_dataset,
-    check_data_config,
-    eval_positions,
-)
-from data.visualize import draw_boxes
+from data.pipeline import build_train_dataset, check_data_config
+from engine.amp import apply_amp
 from engine.callbacks import (
     CheckpointCallback,
     CompileTrainingGraph,
@@ -43,29 +35,26 @@ from engine.callbacks import (
     TimeLimit,
     TrainState,
     UnreadableImagesReport,
+    ordered,
 )
 from engine.checkpoint import (
-    BEST,
     META_CLASSES,
     META_MODEL,
     CheckpointManager,
     find_resume_checkpoint,
     restore_training_state,
 )
-from engine.evaluator import SUMMARY_FILE, RankGather, evaluate_on_dataset
+from engine.compiler import collect_compile_failure
+from engine.device import float_status_ops
+from engine.evaluation import TrainingEvaluation
 from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
-from engine.runtime import (
-    Runtime,
-    collect_compile_failure,
-    convert_sync_batchnorm,
-    float_status_ops,
-)
+from engine.run_record import RESULTS_CSV, read_results
+from engine.runtime import Runtime
 from engine.train_step import ModelEMA, TrainStep
 from engine.transfer import META_FREEZE, freeze_level_code, prepare_fine_tuning
-from models.checkpoint import network_weights, read_checkpoint
-from models.inference import InferenceNet, build_nms
 from models.loss import DetectorWithLoss, YOLOXLoss
+from models.sync_batchnorm import convert_sync_batchnorm
 from models.yolox import build_model
 
 log = logging.getLogger("train")
@@ -177,21 +166,25 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         start_epoch=start_epoch,
         best_map=best_map,
     )
-    state.history = [r for r in _read_history(rt.run_dir) if r["epoch"] <= start_epoch]
+    state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
     # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
-    evaluator = _Evaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+    evaluation = TrainingEvaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+    meta = {
+        META_MODEL: str(cfg.model.name),
+        META_CLASSES: int(num_classes),
+        META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
+    }
     callbacks = _build_callbacks(
         cfg,
         rt,
         state,
-        train_step,
-        loss,
-        net,
-        train_src,
-        evaluator,
-        steps_per_sink,
-        num_classes,
-        freeze_level,
+        train_step=train_step,
+        net=net,
+        loss=loss,
+        train_src=train_src,
+        evaluation=evaluation,
+        steps_per_sink=steps_per_sink,
+        meta=meta,
     )
     log.info(
         "training %s: %d epochs x %d steps, batch %d x %d ranks, lr %.4g, amp %s, %s mode%s",
@@ -231,36 +224,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         raise
     if state.failure:
         raise TrainingFailedError(state.failure)
-    return evaluator.final(state)
-
-
-def apply_amp(net: nn.Cell, rt: Runtime) -> None:
-    """Mixed precision on the network only (the loss computes in float32)."""
-    if rt.amp_level == "O0":
-        return
-    # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
-    # (os.chdir by hand: contextlib.chdir is Python 3.11+.)
-    previous = os.getcwd()
-    os.chdir(rt.run_dir)
-    try:
-        mixed_precision(net, rt.amp_level)
-    finally:
-        os.chdir(previous)
-
-
-def mixed_precision(net: nn.Cell, level: str) -> None:
-    """MindSpore's AMP at ``level``; at O2 SyncBatchNorm stays in float32 like BatchNorm.
-
-    MindSpore's O2 black list (``ms.amp.get_black_list()``) names BatchNorm1d/2d/3d and
-    LayerNorm only, so the SyncBatchNorm layers of ``runtime.sync_bn`` would compute their
-    statistics in float16. O2 is a black-list conversion; this is the same one with
-    SyncBatchNorm added.
-    """
-    if level == "O2":
-        black_list = ms.amp.get_black_list() + [nn.SyncBatchNorm]
-        ms.amp.custom_mixed_precision(net, black_list=black_list)
-    else:
-        ms.amp.auto_mixed_precision(net, level)
+    return evaluation.final(last_was_best=state.is_best)
 
 
 def build_train_step(
@@ -343,18 +307,19 @@ def _sink_plan(
 
 
 def _build_callbacks(
-    cfg,
-    rt,
-    state,
-    train_step,
-    loss,
-    net,
-    train_src,
-    evaluator,
-    steps_per_sink,
-    num_classes,
-    freeze_level="none",
+    cfg: Any,
+    rt: Runtime,
+    state: TrainState,
+    *,
+    train_step: TrainStep,
+    net: nn.Cell,
+    loss: YOLOXLoss,
+    train_src: Any,
+    evaluation: TrainingEvaluation,
+    steps_per_sink: int,
+    meta: dict,
 ) -> list:
+    """The run's callbacks, in phase order (``engine.callbacks.ordered``)."""
     tcfg = cfg.train
     cbs = []
     if isinstance(train_step.net_with_loss, MultiScaleResize):
@@ -385,14 +350,9 @@ def _build_callbacks(
     ]
     # On every rank: evaluation is a collective (each rank runs its shard).
     cbs.append(
-        EvalCallback(state, evaluator.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs))
+        EvalCallback(state, evaluation.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs))
     )
     if rt.is_main:
-        meta = {
-            META_MODEL: str(cfg.model.name),
-            META_CLASSES: int(num_classes),
-            META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
-        }
         cbs += [
             EpochSummary(state),
             CheckpointCallback(
@@ -406,7 +366,7 @@ def _build_callbacks(
         if tcfg.tensorboard:
             cbs.append(
                 TensorBoardCallback(
-                    state, os.path.join(rt.run_dir, "tensorboard"), evaluator.annotated_images
+                    state, os.path.join(rt.run_dir, "tensorboard"), evaluation.annotated_images
                 )
             )
         if int(tcfg.patience) > 0:
@@ -431,144 +391,12 @@ def _build_callbacks(
                 os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps), rt.device
             )
         )
-    return cbs
-
-
-class _Evaluation:
-    """COCO evaluation on the val split with a separate inference copy of the network.
-
-    The training network stays in training mode; before each evaluation its EMA weights
-    (or raw weights without EMA) are copied into the inference copy. With several ranks
-    every rank evaluates its shard and rank 0 scores the gathered detections, so no rank
-    waits in the next step's AllReduce while rank 0 evaluates alone (HCCL_EXEC_TIMEOUT).
-    """
-
-    def __init__(
-        self, cfg, rt: Runtime, num_classes: int, source, net: nn.Cell, ema: ModelEMA | None
-    ):
-        self.source = source
-        self.run_dir = rt.run_dir
-        self.is_main = rt.is_main
-        self.distributed = rt.distributed
-        self.num_vis = int(cfg.train.vis_images)
-        self.eval_net = build_model(cfg.model, num_classes)
-        self.detector = InferenceNet(self.eval_net)
-        self.nms = build_nms(cfg.eval, num_classes)
-        self.dataset = build_eval_dataset(
-            cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
-        )
-        self.gather = RankGather() if rt.distributed else None
-        if rt.distributed:
-            own = eval_positions(len(source), int(cfg.eval.batch_size), rt.rank, rt.world_size)
-            log.info(
-                "evaluation: rank %d evaluates %d of %d val images; rank 0 scores them all",
-                rt.rank,
-                int((own >= 0).sum()),
-                len(source),
-            )
-        self.sources = {p.name: p for p in net.get_parameters()}
-        if ema is not None:
-            self.sources = {p.name[len("ema.") :]: p for p in ema.averages}
-        self.kept: list = []
-        self.last_epoch_metrics: tuple[int, dict] | None = None
-
-    def _load(self, weights: dict) -> None:
-        for param in self.eval_net.get_parameters():
-            param.set_data(weights[param.name].value().astype(param.dtype))
-
-    def _run(self, out_dir: str, verbose: bool) -> dict[str, Any] | None:
-        """Metrics on rank 0; None on the other ranks (they only contribute detections).
-
-        ``verbose``: print pycocotools' summary and the per-class table (the final
-        evaluation); during training the epoch line carries mAP and mAP50 and the full
-        summary is only written to ``<out_dir>/coco_summary.txt``.
-        """
-        metrics, self.kept = evaluate_on_dataset(
-            self.detector,
-            self.nms,
-            self.dataset,
-            self.source,
-            out_dir if self.is_main else None,
-            keep_images=self.num_vis,
-            gather=self.gather,
-            verbose=verbose,
-        )
-        return metrics
-
-    def evaluate(self, epoch: int) -> dict[str, Any] | None:
-        """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
-        self._load(self.sources)
-        metrics = self._run(os.path.join(self.run_dir, "eval"), verbose=False)
-        self.last_epoch_metrics = (epoch, metrics)
-        return metrics
-
-    def final(self, state: TrainState) -> dict[str, Any]:
-        """Evaluate best.ckpt (EMA weights) into <run dir>/metrics.json, reusing the last
-        evaluation when it was the best one. Returns {} on ranks other than 0."""
-        best = os.path.join(self.run_dir, "checkpoints", BEST)
-        if self.distributed:
-            # Rank 0 wrote best.ckpt; every rank reads it once rank 0 is here too. Whether
-            # the last evaluation was the best is known on rank 0 only: evaluate again.
-            self.gather(np.zeros(1, np.float32))
-        if not os.path.isfile(best):
-            log.warning(
-                "no best.ckpt (no evaluation improved mAP): final metrics of the last weights"
-            )
-            self._load(self.sources)
-            return self._run(self.run_dir, verbose=True) or {}
-        if self.last_epoch_metrics and state.is_best and not self.distributed:
-            src = os.path.join(self.run_dir, "eval")
-            for name in ("metrics.json", "detections.json", SUMMARY_FILE):
-                shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
-            with open(os.path.join(self.run_dir, SUMMARY_FILE), encoding="utf-8") as f:
-                print(f.read().rstrip())
-            metrics = self.last_epoch_metrics[1]
-        else:
-            self._load({k: v for k, v in network_weights(read_checkpoint(best)).items()})
-            metrics = self._run(self.run_dir, verbose=True)
-        if metrics is None:
-            return {}
-        log.info(
-            "final (best.ckpt): mAP %.4f  mAP50 %.4f  -> %s",
-            metrics["mAP"],
-            metrics["mAP50"],
-            os.path.join(self.run_dir, "metrics.json"),
-        )
-        return metrics
-
-    def annotated_images(self, epoch: int) -> list[tuple[str, np.ndarray]]:
-        """The first validation images with their predicted boxes (RGB), for TensorBoard."""
-        from engine.evaluator import detections_to_original
-
-        out = []
-        for index, dets, count, scale in self.kept:
-            info = self.source.image_info(index)
-            try:
-                img, _, _ = self.source.load(index)
-            except OSError:
-                continue
-            hw = (info["height"], info["width"])
-            xywh, scores, labels = detections_to_original(dets, count, scale, hw)
-            xyxy = np.concatenate((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), 1)
-            drawn = draw_boxes(img, xyxy, labels, self.source.class_names, scores)
-            out.append((f"val/{info['file_name']}", cv2.cvtColor(drawn, cv2.COLOR_BGR2RGB)))
-        return out
-
-
-def _read_history(run_dir: str) -> list[dict[str, Any]]:
-    path = os.path.join(run_dir, "results.csv")
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [
-            {k: (int(v) if k == "epoch" else float(v)) for k, v in row.items()}
-            for row in csv.DictReader(f)
-        ]
+    return ordered(cbs)
 
 
 def _carry_history(ckpt_path: str, run_dir: str) -> None:
     """Resuming another run's checkpoint: bring its results.csv into this run folder."""
     old_dir = os.path.dirname(os.path.dirname(os.path.abspath(ckpt_path)))
-    src, dst = os.path.join(old_dir, "results.csv"), os.path.join(run_dir, "results.csv")
+    src, dst = os.path.join(old_dir, RESULTS_CSV), os.path.join(run_dir, RESULTS_CSV)
     if os.path.abspath(old_dir) != os.path.abspath(run_dir) and os.path.isfile(src):
         shutil.copy(src, dst)

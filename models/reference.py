@@ -13,8 +13,6 @@ import sys
 import types
 from typing import Any
 
-import numpy as np
-
 INSTALL_HINT = (
     "pip install torch==2.13.0 && MAX_JOBS=1 pip install --no-deps --no-build-isolation "
     "yolox==0.3.0 && pip install loguru thop tabulate tqdm"
@@ -172,11 +170,6 @@ def calibrate(model, img_size: int = 320, num_images: int = 4, seed: int = 0, im
         for conv in list(model.head.cls_preds) + list(model.head.obj_preds):
             conv.bias.copy_(torch.randn(conv.bias.shape, generator=gen) * 1.5 - 2.0)
     return model
-
-
-def torch_state_dict_numpy(model) -> dict[str, np.ndarray]:
-    """The model's state_dict as numpy arrays (for in-memory conversion)."""
-    return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
 
 
 def yolox_optimizer(model, lr: float = 0.01):

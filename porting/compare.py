@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # The CLI is an entry point like train.py: prepare the process before MindSpore loads
     # (on CPU this picks oneDNN's fast convolution kernels).
-    from engine.runtime import configure_process_env, resolve_device
+    from engine.device import configure_process_env, resolve_device
 
     device = resolve_device(args.device)
     configure_process_env(device)

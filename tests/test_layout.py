@@ -50,3 +50,34 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from engine.runtime import setup_runtime\n")
     assert ("engine", 2) in imported_packages(module)
+
+
+# What only the device module asks of the hardware: MindSpore's SoC capability queries, the
+# Ascend precision setting, the float-status register and the collective-communication set-up.
+DEVICE_QUESTIONS = (
+    "ascend_soc_supports_feature",
+    "MSContext",
+    "op_precision",
+    "NPUGetFloatStatus",
+    "mindspore.communication",
+)
+DEVICE_MODULE = Path("engine") / "device.py"
+
+
+def test_device_questions_are_asked_in_the_device_module_only():
+    asked = [
+        f"{path.relative_to(ROOT)}: {word}"
+        for package in FORBIDDEN
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.relative_to(ROOT) != DEVICE_MODULE
+        for word in DEVICE_QUESTIONS
+        if word in path.read_text()
+    ]
+    assert asked == []
+
+
+def test_readme_layout_names_every_engine_module():
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Project layout", 1)[1].split("```")[1]
+    modules = sorted(p.stem for p in (ROOT / "engine").glob("*.py") if p.stem != "__init__")
+    assert modules and [m for m in modules if m not in layout] == []

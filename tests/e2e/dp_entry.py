@@ -42,7 +42,7 @@ def _add_weight_dump() -> None:
 
 
 if __name__ == "__main__":
-    from engine.runtime import configure_process_env
+    from engine.device import configure_process_env
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     _add_weight_dump()

@@ -9,7 +9,6 @@ The end-to-end tests are marked slow; the runtime tests at the end are fast.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -124,8 +123,9 @@ def alive(pid: int) -> bool:
 
 
 def results(run_dir) -> list[dict[str, float]]:
-    with open(os.path.join(run_dir, "results.csv"), encoding="utf-8") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    from engine.run_record import read_results
+
+    return read_results(str(run_dir))
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +352,7 @@ SYNC_BN_CHECK = """
 import numpy as np, mindspore as ms
 from mindspore import nn
 from omegaconf import OmegaConf
-from engine.runtime import convert_sync_batchnorm
+from models.sync_batchnorm import convert_sync_batchnorm
 from models.yolox import build_model
 
 net = build_model(OmegaConf.load("configs/model/yolox_nano.yaml"), 3)
@@ -392,12 +392,12 @@ def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
 
 
 def test_sync_bn_only_on_ascend_with_several_ranks():
-    from engine.runtime import _resolve_sync_bn
+    from engine.device import resolve_sync_bn
 
-    assert _resolve_sync_bn(True, "Ascend", 8) is True
-    assert _resolve_sync_bn(True, "CPU", 8) is False
-    assert _resolve_sync_bn(True, "Ascend", 1) is False
-    assert _resolve_sync_bn(False, "Ascend", 8) is False
+    assert resolve_sync_bn(True, "Ascend", 8) is True
+    assert resolve_sync_bn(True, "CPU", 8) is False
+    assert resolve_sync_bn(True, "Ascend", 1) is False
+    assert resolve_sync_bn(False, "Ascend", 8) is False
 
 
 def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
@@ -418,13 +418,13 @@ def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
 def test_other_ranks_stop_writing_the_run_log(tmp_path):
     import logging
 
-    from engine.runtime import _close_file_logs
+    from engine.device import close_file_logs
 
     root = logging.getLogger()
     handler = logging.FileHandler(tmp_path / "train.log")
     root.addHandler(handler)
     try:
-        _close_file_logs()
+        close_file_logs()
         assert handler not in root.handlers
         assert handler.stream is None  # closed
     finally:

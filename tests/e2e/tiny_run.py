@@ -69,8 +69,7 @@ def run_entry(
 
 
 def read_results(run_dir) -> list[dict[str, float]]:
-    """results.csv as a list of rows of floats."""
-    import csv
+    """results.csv as the run record's rows (``engine.run_record``)."""
+    from engine.run_record import read_results as read
 
-    with open(os.path.join(run_dir, "results.csv"), encoding="utf-8") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return read(str(run_dir))

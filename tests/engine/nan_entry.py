@@ -41,7 +41,7 @@ def _add_poison(name: str, step: int) -> None:
 
 
 if __name__ == "__main__":
-    from engine.runtime import configure_process_env
+    from engine.device import configure_process_env
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     param_name, _, at_step = os.environ[POISON_VAR].rpartition("@")

@@ -1,4 +1,4 @@
-"""Mixed precision as the trainer applies it (engine.trainer.mixed_precision)."""
+"""Mixed precision as the trainer applies it (engine.amp.mixed_precision)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ SYNC_BN_O2 = """
 from mindspore import nn
 from mindspore._c_expression import MixedPrecisionType
 from omegaconf import OmegaConf
-from engine.runtime import convert_sync_batchnorm
-from engine.trainer import mixed_precision
+from models.sync_batchnorm import convert_sync_batchnorm
+from engine.amp import mixed_precision
 from models.yolox import build_model
 
 net = build_model(OmegaConf.load("configs/model/yolox_nano.yaml"), 3)

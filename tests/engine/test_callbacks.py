@@ -253,3 +253,31 @@ def test_compile_training_graph_compiles_once_with_the_batch_then_releases_heap(
     assert released == [1]  # after compiling, before the step runs
     logged = [r.getMessage() for r in caplog.records if "compiled in" in r.getMessage()]
     assert len(logged) == 1 and logged[0].startswith("training graph compiled in")
+
+
+def test_callbacks_run_in_phase_order_whatever_order_they_are_listed_in(tmp_path):
+    """The epoch's row needs the evaluation's mAP, and results.csv and the checkpoint need
+    the row and the best mAP: built in the wrong order, the row would say NaN."""
+    from engine.callbacks import ResultsCallback, ordered
+    from engine.run_record import read_results
+
+    st = state(epochs=1, steps=1)
+    st.reset_epoch(1)
+    summary = EpochSummary(st)
+    results = ResultsCallback(st, str(tmp_path))
+    evaluation = EvalCallback(st, lambda epoch: {"mAP": 0.25, "mAP50": 0.5}, interval=1)
+    stop = EarlyStopping(st, patience=1)
+    listed = [results, stop, summary, evaluation]  # writers after their readers
+    run = ordered(listed)
+    assert run == [evaluation, summary, results, stop]
+    assert [cb.phase for cb in run] == sorted(cb.phase for cb in listed)
+    ctx = RunContext(cur_epoch_num=1)
+    for cb in run:
+        cb.on_train_epoch_end(ctx)
+    assert st.history[-1]["mAP"] == 0.25 and st.best_map == 0.25
+    assert read_results(str(tmp_path))[0]["mAP50"] == 0.5
+    # MindSpore's own callbacks have no phase: they go with the recorders.
+    from mindspore.train import LossMonitor
+
+    monitor = LossMonitor()
+    assert ordered([stop, monitor, summary]) == [summary, monitor, stop]

@@ -19,7 +19,7 @@ import pytest
 from mindspore import nn, ops
 
 from engine.callbacks import StepStats, TrainState
-from engine.runtime import collect_compile_failure
+from engine.compiler import collect_compile_failure
 from engine.step_stats import StepStatistics
 from tests.e2e.tiny_run import run_entry
 

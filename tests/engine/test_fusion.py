@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from bench.common import read_result
-from engine.runtime import FUSION_FLAGS, fusion_settings
+from engine.compiler import FUSION_FLAGS, fusion_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -110,8 +110,9 @@ def test_missing_file_names_it(tmp_path):
 
 @pytest.mark.torch
 def test_pytorch_pth_of_80_classes_loads_directly(tmp_path):
-    torch = pytest.importorskip("torch")
-    from tests.torch_reference import require_yolox
+    from tests.torch_reference import require_torch, require_yolox
+
+    torch = require_torch()
 
     require_yolox()
     from models.reference import build_torch_yolox

@@ -23,14 +23,14 @@ from models.torch_pickle import (
     load_torch_file,
 )
 from models.yolox import load_model_config, model_names
-from tests.torch_reference import require_yolox
+from tests.torch_reference import require_torch, require_yolox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIG = {"yolox_m", "yolox_l", "yolox_x"}
 
 
 def _torch():
-    return pytest.importorskip("torch")
+    return require_torch()
 
 
 class _OpenFilePayload:

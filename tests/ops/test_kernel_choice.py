@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
-from engine import runtime
-from ops import cpu_kernels, kernel_choice
+from ops import kernel_choice
 from ops.kernel_choice import VARIANTS, cached_choice, choice_path, choose, decide, describe
 
 
@@ -83,45 +81,6 @@ def test_describe_is_one_line_with_the_figures():
     assert "\n" not in line and "depthwise convolutions on msdet's kernels" in line
     assert "native 160 ms" in line and "both 65 ms" in line
     assert "MindSpore's operators only" in describe(record([]))
-
-
-@pytest.fixture
-def kernel_state():
-    previous = (cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels())
-    yield
-    cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
-
-
-def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog, kernel_state):
-    import mindspore as ms
-
-    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
-    lib = cpu_kernels.build_kernel_library()
-    if lib is None:
-        pytest.skip("no C++ compiler on this machine")
-    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
-        json.dump(record(["depthwise"], ms.__version__), f)
-    with caplog.at_level(logging.INFO, logger="engine.runtime"):
-        assert runtime.setup_cpu_kernels("auto", "CPU", threads=2) == (lib, ("depthwise",))
-    assert cpu_kernels.custom_kernel_library("depthwise") == lib
-    assert cpu_kernels.custom_kernel_library("batchnorm_silu") is None
-    assert any(
-        "depthwise convolutions on msdet's kernels" in r.getMessage() for r in caplog.records
-    )
-
-    from models.layers import BaseConv, DWConv
-    from ops.depthwise import DepthwiseConv2d
-
-    block = DWConv(8, 16, 3)
-    assert isinstance(block.dconv.conv, DepthwiseConv2d) and block.pconv.fused is None
-    # Measured slower everywhere: MindSpore's operators, nothing enabled.
-    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
-        json.dump(record([], ms.__version__), f)
-    assert runtime.setup_cpu_kernels("auto", "CPU", threads=2) == (None, ())
-    assert BaseConv(8, 8, 3).fused is None and cpu_kernels.enabled_kernels() == ()
-    # msdet forces both (tests, benchmarks) without measuring.
-    assert runtime.setup_cpu_kernels("msdet", "CPU", threads=2) == (lib, cpu_kernels.KERNELS)
-    assert BaseConv(8, 8, 3).fused is not None
 
 
 @pytest.mark.slow

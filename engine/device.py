@@ -1,0 +1,280 @@
+"""The one place that decides device differences: CPU, GPU, Ascend, and data-parallel ranks.
+
+Every choice that depends on the hardware is made here, from the ``runtime`` config group
+and what the machine reports: the concrete device, the AMP level and data sinking it gets,
+the CPU process environment (oneDNN's instruction set, OpenMP's wait policy, operator
+threads, msdet's compiled CPU kernels), the Ascend operator precision mode, how fp16
+overflow is detected (the float-status register), and the collective-communication set-up
+for several ranks. ``engine.runtime.setup_runtime`` applies these decisions in order and
+hands the rest of msdet a :class:`engine.runtime.Runtime`; nothing else asks the hardware.
+
+This module must not import MindSpore at import time: the process environment has to be
+prepared *before* MindSpore loads its CPU kernels (see :func:`configure_process_env`).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("auto", "CPU", "GPU", "Ascend")
+AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
+CPU_KERNELS = ("auto", "msdet", "native")
+
+# On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
+# 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
+ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_ISA_VALUE = "AVX2"
+# ops.cpu_kernels' thread team sleeps between kernels (read by libgomp when it loads).
+WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
+
+ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
+
+# Ascend operator precision. The Atlas training series defaults to force_fp16, which runs
+# every operator that has an fp16 kernel in fp16, fp32 graphs and AMP black-listed layers
+# included; must_keep_origin_dtype keeps each operator in the dtype the graph gives it, so
+# that AMP (runtime.amp) alone decides what runs in fp16.
+PRECISION_MODES = (
+    "must_keep_origin_dtype",
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_mix_precision",
+    "force_fp32",
+    "allow_fp32_to_bf16",
+    "allow_mix_precision_fp16",
+    "allow_mix_precision_bf16",
+)
+DEFAULT_PRECISION_MODE = "must_keep_origin_dtype"
+# MindSpore's names (mindspore/amp.py, nn/wrap/loss_scale.py) for the SoC features that
+# decide how overflow is detected: the Atlas training series ("classic") reports it only in
+# its float-status register; A2 does too in saturation mode (MS_ASCEND_CHECK_OVERFLOW_MODE).
+SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
+SOC_A2 = "train_hq_dtype_line"
+OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+
+
+def ascend_present() -> bool:
+    """Ascend NPU device files exist on this host (no MindSpore import needed)."""
+    return any(os.path.exists(p) for p in ASCEND_DEVICE_FILES) or bool(
+        glob.glob("/dev/davinci[0-9]*")
+    )
+
+
+def resolve_device(requested: str) -> str:
+    """Turn ``runtime.device`` into a concrete target; ``auto`` prefers Ascend over CPU."""
+    if requested not in DEVICES:
+        raise ValueError(f"runtime.device must be one of {DEVICES}, got {requested!r}")
+    if requested == "auto":
+        return "Ascend" if ascend_present() else "CPU"
+    return requested
+
+
+def resolve_amp(level: str, device: str) -> str:
+    """``auto`` is O2 on Ascend/GPU and O0 on CPU, where fp16 kernels are 2-4x slower."""
+    if level not in AMP_LEVELS:
+        raise ValueError(f"runtime.amp must be one of {AMP_LEVELS}, got {level!r}")
+    if level == "auto":
+        return "O0" if device == "CPU" else "O2"
+    return level
+
+
+def resolve_sink(sink: Any, device: str) -> bool:
+    """``auto`` sinks on Ascend only; an explicit bool is kept (CPU falls back silently)."""
+    if sink == "auto":
+        return device == "Ascend"
+    return bool(sink)
+
+
+def configure_process_env(device: str) -> dict[str, str]:
+    """Set the environment variables MindSpore reads when it loads, for ``device``.
+
+    On CPU, cap oneDNN at AVX2 and make OpenMP threads sleep between msdet's kernels
+    (``ops.cpu_kernels``; spinning threads would take the cores MindSpore's next operator
+    needs), each unless the user already chose a value. Returns the variables this call
+    set (for logging and tests).
+    """
+    changed: dict[str, str] = {}
+    if device == "CPU":
+        for key, value in ((ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE), (WAIT_POLICY_VAR, WAIT_POLICY)):
+            if key not in os.environ:
+                os.environ[key] = changed[key] = value
+    return changed
+
+
+def check_launcher(distributed: bool) -> None:
+    """Refuse a single-process set-up under msrun: without ``init()`` every worker (and the
+    scheduler) would train alone and all would write into the same run folder."""
+    role = os.environ.get("MS_ROLE")
+    if role and not distributed:
+        raise ValueError(
+            f"launched by msrun (MS_ROLE={role}) but runtime.distributed=false: "
+            "use scripts/run_distributed_train.sh, which sets runtime.distributed=true"
+        )
+
+
+def device_id(device: str) -> int:
+    """The card this process drives (``DEVICE_ID``, set per rank by the launchers)."""
+    return int(os.environ.get("DEVICE_ID", "0")) if device != "CPU" else 0
+
+
+def cpu_threads(requested: Any) -> int | None:
+    """CPU operator threads: ``runtime.threads`` when set (at most the cores this process
+    may use), else, when several ranks share this host, an equal share of its cores (each
+    rank would otherwise start a thread per core); None leaves MindSpore's default."""
+    from data.config import available_cores, ranks_on_this_host
+
+    cores = available_cores()
+    if requested:
+        if int(requested) > cores:
+            log.info(
+                "runtime.threads=%d: this process may use %d cores; using %d",
+                int(requested),
+                cores,
+                cores,
+            )
+        return max(1, min(int(requested), cores))
+    local = ranks_on_this_host(1)  # the launcher's count; 1 outside a launcher
+    return max(1, cores // local) if local > 1 else None
+
+
+def setup_cpu_kernels(
+    choice: str, device: str, amp_level: str = "O0", threads: int | None = None
+) -> tuple[str | None, tuple[str, ...]]:
+    """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
+    convolutions, BatchNorm + SiLU) where they are faster, on CPU in fp32.
+
+    MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
+    operators and a slow BatchNormGrad), but whether msdet's direct loops win depends on the
+    CPU (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
+    ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
+    once, cached with the library), ``msdet`` uses both unmeasured (tests, benchmarks),
+    ``native`` neither. GPU, Ascend, mixed precision (the kernels are float32) and a machine
+    without a working compiler keep MindSpore's operators. Logs the decision in one line.
+    Returns (the kernel library's path or None, the kernels models use).
+    """
+    if choice not in CPU_KERNELS:
+        raise ValueError(f"runtime.cpu_kernels must be one of {CPU_KERNELS}, got {choice!r}")
+    from data.config import available_cores
+    from ops import cpu_kernels
+
+    cpu_kernels.set_custom_kernel_library(None)
+    if choice == "native" or device != "CPU" or amp_level != "O0":
+        return None, ()
+    threads = threads or available_cores()
+    library = cpu_kernels.build_kernel_library()
+    if library is None:
+        return None, ()
+    if choice == "msdet":
+        kernels = cpu_kernels.KERNELS
+        log.info("CPU kernels: depthwise convolutions and BatchNorm+SiLU on msdet's kernels")
+    else:
+        import mindspore as ms
+
+        from ops import kernel_choice
+
+        record = kernel_choice.decide(library, threads, ms.__version__)
+        kernels = tuple(record["kernels"])
+        log.info("%s", kernel_choice.describe(record))
+    if not kernels:
+        return None, ()
+    cpu_kernels.enable(threads, kernels=kernels)
+    return library, kernels
+
+
+def check_precision_mode(mode: str) -> str:
+    """``runtime.precision_mode`` checked against the modes CANN knows."""
+    if mode not in PRECISION_MODES:
+        raise ValueError(f"runtime.precision_mode must be one of {PRECISION_MODES}, got {mode!r}")
+    return mode
+
+
+def apply_precision_mode(ms: Any, device: str, requested: Any) -> str | None:
+    """Set the Ascend operator precision mode (``runtime.precision_mode``); None elsewhere."""
+    if device != "Ascend":
+        return None
+    mode = check_precision_mode(str(requested or DEFAULT_PRECISION_MODE))
+    ms.device_context.ascend.op_precision.precision_mode(mode)
+    return mode
+
+
+def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:
+    """Whether overflow must be read from the float-status register (as MindSpore's own
+    loss-scale cell decides): always on the Atlas training series, on A2 only in
+    saturation mode; elsewhere inf/NaN reach the gradients and ``all_finite`` sees them."""
+    return classic_soc or (a2_soc and overflow_mode == "SATURATION_MODE")
+
+
+def ascend_uses_float_status() -> bool:
+    """:func:`float_status_register` for the Ascend chip MindSpore runs on."""
+    from mindspore._c_expression import MSContext
+
+    ctx = MSContext.get_instance()
+    return float_status_register(
+        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
+        ctx.ascend_soc_supports_feature(SOC_A2),
+        os.environ.get(OVERFLOW_MODE_VAR),
+    )
+
+
+def float_status_ops() -> tuple:
+    """(clear, get) primitives of the Ascend float-status register, for
+    ``engine.train_step.TrainStep(float_status=...)``; only where ``Runtime.float_status``."""
+    from mindspore.ops.operations.math_ops import NPUClearFloatStatusV2, NPUGetFloatStatusV2
+
+    return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
+
+
+def init_distributed(ms: Any, device: str) -> tuple[int, int]:
+    """Initialise collectives (HCCL on Ascend, NCCL on GPU, mccl on CPU) for data parallel.
+
+    Must run under a launcher (msrun, or a rank table on Ascend); MindSpore's own error
+    is replaced by one that names the launch scripts. Ranks other than 0 stop writing the
+    run folder's log file (their console output is the launcher's per-rank log).
+    """
+    from mindspore.communication import get_group_size, get_rank, init
+
+    try:
+        init()
+    except RuntimeError as err:
+        raise RuntimeError(
+            "runtime.distributed=true needs a launcher: use "
+            "scripts/run_distributed_train.sh NUM_CARDS (msrun) or set RANK_TABLE_FILE. "
+            f"MindSpore said: {err}"
+        ) from err
+    rank, world = get_rank(), get_group_size()
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(
+        parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+        gradients_mean=True,
+        device_num=world,
+    )
+    if rank != 0:
+        close_file_logs()
+    log.info("data parallel: rank %d of %d (pid %d, %s)", rank, world, os.getpid(), device)
+    return rank, world
+
+
+def close_file_logs() -> None:
+    """Detach the root logger's file handlers (Hydra's <run dir>/<job>.log): rank 0 owns it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+            handler.close()
+
+
+def resolve_sync_bn(requested: bool, device: str, world: int) -> bool:
+    """SyncBatchNorm only where MindSpore has it (Ascend) and only when there are ranks."""
+    if not requested:
+        return False
+    if device != "Ascend":
+        log.warning("runtime.sync_bn is only supported on Ascend; using per-rank BatchNorm")
+        return False
+    if world < 2:
+        log.info("runtime.sync_bn: a single rank has nothing to sync; using BatchNorm")
+        return False
+    return True

@@ -1,0 +1,45 @@
+"""engine.compiler: which configurations share compiled graphs, and where they are kept."""
+
+from __future__ import annotations
+
+import os
+
+from engine import compiler
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_graph_key_ignores_what_changes_no_graph():
+    base = compiler.graph_key(_composed())
+    # A resumed run, another time limit or data folder: the same graphs.
+    for neutral in ("train.resume=auto", "train.time_limit_min=5", "data.root=/elsewhere"):
+        assert compiler.graph_key(_composed(neutral)) == base, neutral
+    # Batch, size range, model and precision change the graphs.
+    for changing in (
+        "train.batch_size=4",
+        "train.multiscale_range=2",
+        "model=yolox_s",
+        "runtime.amp=O2",
+        "data.img_size=[256,256]",
+    ):
+        assert compiler.graph_key(_composed(changing)) != base, changing
+
+
+def test_compile_cache_folder_per_key_device_kernel_and_version():
+    folder = compiler.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.10.0")
+    assert os.path.dirname(folder) == "/c" and len(os.path.basename(folder)) == 16
+    assert folder == compiler.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.10.0")
+    others = {
+        compiler.compile_cache_folder("/c", "k2", "CPU", "/lib/a.so", "2.10.0"),
+        compiler.compile_cache_folder("/c", "k", "Ascend", "/lib/a.so", "2.10.0"),
+        compiler.compile_cache_folder("/c", "k", "CPU", None, "2.10.0"),
+        compiler.compile_cache_folder("/c", "k", "CPU", "/lib/a.so", "2.11.0"),
+    }
+    assert folder not in others and len(others) == 4

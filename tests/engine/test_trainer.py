@@ -1,0 +1,21 @@
+"""engine.trainer: how a run's steps are grouped into sinks and epochs."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_sink_plan_profiles_with_one_step_per_sink():
+    """With real sinking the step callbacks run once per sink: the profiler, which counts
+    steps, gets one step per sink; otherwise sinks follow runtime.sink_size."""
+    from engine.runtime import Runtime
+    from engine.trainer import _sink_plan
+
+    ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
+    assert _sink_plan(ascend, 100) == (100, 1)
+    assert _sink_plan(ascend, 100, profiling=True) == (1, 100)
+    assert _sink_plan(Runtime("Ascend", "graph", "O2", True, 25), 100) == (25, 4)
+    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
+    assert _sink_plan(cpu, 100, profiling=True) == (100, 1)  # no real sink on CPU
+    with pytest.raises(ValueError, match="runtime.sink_size=30 must be -1 or divide"):
+        _sink_plan(Runtime("Ascend", "graph", "O2", True, 30), 100)
