@@ -40,11 +40,17 @@ def test_default_composition():
 )
 def test_every_option_composes(group, expected):
     assert options(group) == expected
+    # What tells the options apart: the runtime files by their device, shapes_stars (a
+    # shapes set, name "shapes") by its classes, the others by their name.
+    devices = {"ascend": "Ascend", "ascend_8p": "Ascend", "auto": "auto", "cpu": "CPU"}
     for name in expected:
         cfg = compose_cfg([f"{group}={name}"])
-        assert cfg[group] is not None
-        if group == "model":
-            assert cfg.model.name == name
+        if group == "runtime":
+            assert cfg.runtime.device == devices[name]
+        elif name == "shapes_stars":
+            assert cfg.data.name == "shapes" and list(cfg.data.classes) == ["star", "cross", "ring"]
+        else:
+            assert cfg[group].name == name
 
 
 def test_runtime_groups_differ_where_they_should():

@@ -44,6 +44,8 @@ def test_eval_metrics_agree_with_independent_pycocotools(trained, cache_dir, tmp
         coco_eval.summarize()
     assert metrics["mAP"] == pytest.approx(coco_eval.stats[0], abs=1e-9)
     assert metrics["mAP50"] == pytest.approx(coco_eval.stats[1], abs=1e-9)
+    # An agreement of two zeros would prove nothing: the model must have found something.
+    assert metrics["mAP50"] > 0 and metrics["mAP"] > 0, metrics
     assert metrics["images"] == len(gt.getImgIds())
     # Category ids are the dataset's own (shapes uses 1, 3, 7), never training indices.
     assert {d["category_id"] for d in detections} <= {1, 3, 7}
