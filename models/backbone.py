@@ -1,10 +1,10 @@
-"""CSPDarknet, the YOLOX backbone."""
+"""The YOLOX backbones: CSPDarknet (nano ... x) and Darknet53 (YOLOX-Darknet53)."""
 
 from __future__ import annotations
 
 from mindspore import nn
 
-from models.layers import CSPLayer, Focus, SPPBottleneck, conv_block
+from models.layers import BaseConv, CSPLayer, Focus, ResLayer, SPPBottleneck, conv_block
 
 
 class CSPDarknet(nn.Cell):
@@ -45,6 +45,59 @@ class CSPDarknet(nn.Cell):
                 act=act,
             ),
         )
+
+    def construct(self, x):
+        x = self.dark2(self.stem(x))
+        dark3 = self.dark3(x)
+        dark4 = self.dark4(dark3)
+        dark5 = self.dark5(dark4)
+        return dark3, dark4, dark5
+
+
+class Darknet53(nn.Cell):
+    """YOLOv3's Darknet-53 as YOLOX builds it; returns the dark3, dark4 and dark5 features.
+
+    Each stage is a stride-2 3x3 conv doubling the channels, then residual blocks: one in
+    the stem (after a stride-1 conv to 32 channels), then 2, 8, 8, 4 in dark2..dark5 (64 to
+    1024 channels). dark5 ends with YOLOv3's SPP block, which brings it back to 512
+    channels. Layers are numbered as the original's ``nn.Sequential``s number them, so
+    parameter names match its ``backbone.backbone.*`` keys one for one.
+    """
+
+    STAGE_BLOCKS = (2, 8, 8, 4)  # residual blocks in dark2..dark5
+    OUT_CHANNELS = (256, 512, 512)  # dark3, dark4, dark5
+
+    def __init__(self, act: str = "lrelu", stem_channels: int = 32):
+        super().__init__()
+        c = stem_channels * 2
+        self.stem = nn.SequentialCell(
+            BaseConv(3, stem_channels, 3, 1, act=act), *self._stage(stem_channels, 1, act)
+        )
+        stages = []
+        for blocks in self.STAGE_BLOCKS:
+            stages.append(self._stage(c, blocks, act))
+            c *= 2
+        self.dark2 = nn.SequentialCell(stages[0])
+        self.dark3 = nn.SequentialCell(stages[1])
+        self.dark4 = nn.SequentialCell(stages[2])
+        # c is 1024 here: dark5's stage output. The SPP block works at half of it.
+        half = c // 2
+        self.dark5 = nn.SequentialCell(
+            *stages[3],
+            BaseConv(c, half, 1, 1, act=act),
+            BaseConv(half, c, 3, 1, act=act),
+            SPPBottleneck(c, half, act=act),
+            BaseConv(half, c, 3, 1, act=act),
+            BaseConv(c, half, 1, 1, act=act),
+        )
+
+    @staticmethod
+    def _stage(in_channels: int, blocks: int, act: str) -> list[nn.Cell]:
+        """A stride-2 conv doubling the channels, then ``blocks`` residual blocks."""
+        out = in_channels * 2
+        return [BaseConv(in_channels, out, 3, 2, act=act)] + [
+            ResLayer(out, act=act) for _ in range(blocks)
+        ]
 
     def construct(self, x):
         x = self.dark2(self.stem(x))

@@ -162,6 +162,18 @@ class Bottleneck(nn.Cell):
         return y
 
 
+class ResLayer(nn.Cell):
+    """Darknet's residual block: 1x1 conv to half the channels, 3x3 conv back, plus input."""
+
+    def __init__(self, channels: int, act: str = "lrelu"):
+        super().__init__()
+        self.layer1 = BaseConv(channels, channels // 2, 1, 1, act=act)
+        self.layer2 = BaseConv(channels // 2, channels, 3, 1, act=act)
+
+    def construct(self, x):
+        return x + self.layer2(self.layer1(x))
+
+
 class SPPBottleneck(nn.Cell):
     """Spatial pyramid pooling: 1x1 conv, max-pools of 5/9/13 concatenated, 1x1 conv."""
 

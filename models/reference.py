@@ -101,27 +101,38 @@ def import_yolox() -> Any:
 
 
 def build_torch_yolox(model_cfg: Any, num_classes: int, seed: int = 0):
-    """The PyTorch YOLOX for a msdet ``model`` config, initialised as YOLOX's Exp does."""
+    """The PyTorch YOLOX for a msdet ``model`` config, initialised as YOLOX's Exp does.
+
+    CSPDarknet/PAFPN configs build what ``yolox_base.py`` builds; darknet53/yolofpn what
+    ``exp/default/yolov3.py`` builds, whose backbone and neck are always LeakyReLU.
+    """
     import_yolox()
     import torch
     from torch import nn
-    from yolox.models import YOLOPAFPN, YOLOX, YOLOXHead
+    from yolox.models import YOLOFPN, YOLOPAFPN, YOLOX, YOLOXHead
 
+    from models.yolox import architecture
+
+    arch = architecture(model_cfg)
     torch.manual_seed(seed)
-    in_channels = [256, 512, 1024]
-    backbone = YOLOPAFPN(
-        model_cfg.depth,
-        model_cfg.width,
-        in_channels=in_channels,
-        act=model_cfg.act,
-        depthwise=model_cfg.depthwise,
-    )
+    if arch["backbone"] == "darknet53":
+        if arch["act"] != "lrelu":
+            raise ValueError(f"the original's Darknet53 is LeakyReLU only, got act={arch['act']}")
+        backbone = YOLOFPN(depth=53)
+    else:
+        backbone = YOLOPAFPN(
+            arch["depth"],
+            arch["width"],
+            in_channels=arch["in_channels"],
+            act=arch["act"],
+            depthwise=arch["depthwise"],
+        )
     head = YOLOXHead(
         num_classes,
-        model_cfg.width,
-        in_channels=in_channels,
-        act=model_cfg.act,
-        depthwise=model_cfg.depthwise,
+        arch["width"],
+        in_channels=arch["in_channels"],
+        act=arch["act"],
+        depthwise=arch["depthwise"],
     )
     model = YOLOX(backbone, head)
     for m in model.modules():

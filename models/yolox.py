@@ -9,13 +9,13 @@ from mindspore import nn
 from omegaconf import DictConfig, OmegaConf
 
 from models.head import YOLOXHead
-from models.neck import YOLOPAFPN
+from models.neck import YOLOFPN, YOLOPAFPN
 
 MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "model")
 
 
 def model_names() -> list[str]:
-    """The model sizes msdet knows (configs/model/*.yaml): yolox_nano ... yolox_x."""
+    """The models msdet knows (configs/model/*.yaml): yolox_nano ... yolox_x, yolox_darknet53."""
     return sorted(f[:-5] for f in os.listdir(MODEL_CONFIG_DIR) if f.endswith(".yaml"))
 
 
@@ -27,46 +27,89 @@ def load_model_config(name: str) -> DictConfig:
     return OmegaConf.load(path)
 
 
+# Architecture fields a model config may leave out (every config before YOLOX-Darknet53
+# did): they default to what nano ... x are, so those configs build the same network.
+ARCHITECTURE_DEFAULTS: dict[str, Any] = {
+    "backbone": "cspdarknet",
+    "neck": "pafpn",
+    "act": "silu",
+    "in_channels": [256, 512, 1024],
+}
+
+
+def architecture(cfg: Any) -> dict[str, Any]:
+    """The fields of a ``model`` config that fix the network, as plain values.
+
+    backbone/neck: ``cspdarknet``/``pafpn`` (nano ... x) or ``darknet53``/``yolofpn``;
+    depth, width, depthwise, act; in_channels: the head's input channels before ``width``
+    (YOLOX's ``in_channels``). Fields a config leaves out take ``ARCHITECTURE_DEFAULTS``.
+    """
+    d = ARCHITECTURE_DEFAULTS
+    return {
+        "backbone": str(cfg.get("backbone", d["backbone"])),
+        "neck": str(cfg.get("neck", d["neck"])),
+        "depth": float(cfg.depth),
+        "width": float(cfg.width),
+        "depthwise": bool(cfg.depthwise),
+        "act": str(cfg.get("act", d["act"])),
+        "in_channels": [int(c) for c in cfg.get("in_channels", d["in_channels"])],
+    }
+
+
 class YOLOX(nn.Cell):
-    """Backbone + PAFPN (``backbone``) and decoupled head (``head``), as in YOLOX.
+    """Backbone + neck (``backbone``) and decoupled head (``head``), as in YOLOX.
 
     See :class:`models.head.YOLOXHead` for what ``construct`` returns in training and
     inference mode.
     """
 
-    def __init__(
-        self,
-        num_classes: int,
-        depth: float,
-        width: float,
-        depthwise: bool = False,
-        act: str = "silu",
-        prior_prob: float = 0.01,
-    ):
+    def __init__(self, backbone: nn.Cell, head: YOLOXHead):
         super().__init__()
-        self.num_classes = num_classes
-        self.backbone = YOLOPAFPN(depth, width, depthwise=depthwise, act=act)
-        self.head = YOLOXHead(
-            num_classes, width, act=act, depthwise=depthwise, prior_prob=prior_prob
-        )
+        self.num_classes = head.num_classes
+        self.backbone = backbone
+        self.head = head
 
     def construct(self, x):
         return self.head(self.backbone(x))
 
 
 def build_model(cfg: Any, num_classes: int | None = None) -> YOLOX:
-    """Build a YOLOX from the ``model`` config group.
+    """Build a YOLOX from the ``model`` config group (see :func:`architecture`).
 
     ``num_classes`` (from the dataset) is used when ``cfg.num_classes`` is null.
     """
     classes = cfg.num_classes if cfg.get("num_classes") is not None else num_classes
     if classes is None or int(classes) < 1:
         raise ValueError("model.num_classes is null and no dataset gave a class count")
-    return YOLOX(
-        num_classes=int(classes),
-        depth=float(cfg.depth),
-        width=float(cfg.width),
-        depthwise=bool(cfg.depthwise),
-        act=str(cfg.get("act", "silu")),
+    arch = architecture(cfg)
+    kind = (arch["backbone"], arch["neck"])
+    if kind == ("cspdarknet", "pafpn"):
+        neck = YOLOPAFPN(
+            arch["depth"],
+            arch["width"],
+            in_channels=tuple(arch["in_channels"]),
+            depthwise=arch["depthwise"],
+            act=arch["act"],
+        )
+    elif kind == ("darknet53", "yolofpn"):
+        # Darknet53 has one size: a multiplier here would silently not apply to it.
+        fixed = {"depth": 1.0, "width": 1.0, "depthwise": False}
+        fixed["in_channels"] = list(YOLOFPN.OUT_CHANNELS)
+        wrong = {k: arch[k] for k, v in fixed.items() if arch[k] != v}
+        if wrong:
+            raise ValueError(f"model.backbone=darknet53 needs {fixed}; got {wrong}")
+        neck = YOLOFPN(act=arch["act"])
+    else:
+        raise ValueError(
+            "model.backbone/model.neck must be cspdarknet/pafpn or darknet53/yolofpn, "
+            f"got {kind[0]}/{kind[1]}"
+        )
+    head = YOLOXHead(
+        int(classes),
+        arch["width"],
+        in_channels=tuple(arch["in_channels"]),
+        act=arch["act"],
+        depthwise=arch["depthwise"],
         prior_prob=float(cfg.get("prior_prob", 0.01)),
     )
+    return YOLOX(neck, head)

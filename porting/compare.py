@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", required=True, help="yolox_nano ... yolox_x")
+    parser.add_argument("--model", required=True, help="yolox_nano ... yolox_x, yolox_darknet53")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--src", help="PyTorch YOLOX checkpoint (.pth)")
     source.add_argument(

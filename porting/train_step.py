@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from porting.forward import major_modules, to_numpy, torch_float64
+from porting.forward import network_modules, to_numpy, torch_float64
 from porting.inputs import anchor_points
 from porting.report import ModuleDiff, diff, grad_diff, norm, rounding_aware_diff
 
@@ -252,7 +252,7 @@ def compare_train_step(
 
     from models.loss import YOLOXLoss
 
-    modules = major_modules(len(ms_model.head.stems))
+    modules = network_modules(ms_model)
     ref_targets = targets * mask[..., None]  # YOLOX: an all-zero row is padding
     ref = torch_train_step(torch_model, images, ref_targets, use_l1, capture=modules)
     ref64 = torch_train_step(torch_float64(torch_model), images, ref_targets, use_l1)

@@ -32,7 +32,18 @@ def test_default_composition():
 @pytest.mark.parametrize(
     "group,expected",
     [
-        ("model", ["yolox_l", "yolox_m", "yolox_nano", "yolox_s", "yolox_tiny", "yolox_x"]),
+        (
+            "model",
+            [
+                "yolox_darknet53",
+                "yolox_l",
+                "yolox_m",
+                "yolox_nano",
+                "yolox_s",
+                "yolox_tiny",
+                "yolox_x",
+            ],
+        ),
         ("data", ["coco", "shapes", "shapes_stars"]),
         ("runtime", ["ascend", "ascend_8p", "auto", "cpu"]),
         ("train", ["shapes", "yolox"]),
@@ -60,6 +71,13 @@ def test_runtime_groups_differ_where_they_should():
     assert cpu.device == "CPU" and not cpu.distributed
     assert ascend.device == "Ascend" and ascend.amp == "O2" and ascend.sink is True
     assert eight.device == "Ascend" and eight.distributed is True
+
+
+def test_darknet53_trains_with_the_yolox_recipe_unchanged():
+    """exp/default/yolov3.py changes only the model: its recipe is yolox_base's."""
+    darknet = compose_cfg(["model=yolox_darknet53", "train=yolox"])
+    assert darknet.model.backbone == "darknet53" and darknet.model.act == "lrelu"
+    assert darknet.train == compose_cfg(["model=yolox_l", "train=yolox"]).train
 
 
 def test_overrides_reach_nested_keys():

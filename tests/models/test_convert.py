@@ -41,6 +41,32 @@ def test_cli_converts_release_checkpoint(tmp_path, torch_nano, capsys):
         ms.set_context(mode=ms.GRAPH_MODE)
 
 
+@pytest.mark.slow  # a 255 MB checkpoint written, read and converted
+def test_cli_converts_darknet53_release_checkpoint(tmp_path, capsys):
+    """YOLOX-Darknet53 (exp/default/yolov3.py) converts 1:1: every PyTorch key has its
+    parameter, and the converted network computes what the original does, module by module."""
+    require_yolox()
+    import torch
+
+    cfg = load_model_config("yolox_darknet53")
+    original = calibrate(build_torch_yolox(cfg, 3), img_size=64)
+    src, dst = tmp_path / "darknet53.pth", tmp_path / "darknet53.ckpt"
+    torch.save({"model": original.state_dict(), "start_epoch": 300}, src)
+    assert main(["--model", "yolox_darknet53", "--src", str(src), "--dst", str(dst)]) == 0
+    # 528 state_dict entries less the 85 num_batches_tracked counters.
+    assert "443 tensors" in capsys.readouterr().out
+    net = build_model(cfg, 3)
+    load_weights(net, str(dst))
+    net.set_train(False)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        x = np.random.default_rng(1).uniform(0, 255, (1, 3, 64, 64)).astype(np.float32)
+        rows = compare_modules(original, net, x)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+    assert first_failure(rows) is None and len(rows) == 5 + 4 + 18 + 1
+
+
 def test_bare_and_data_parallel_state_dicts_are_accepted(torch_nano):
     sd = torch_nano.state_dict()
     assert extract_state_dict(sd) is sd
@@ -70,6 +96,18 @@ def test_wrong_architecture_is_refused(torch_nano):
     expected = {k: tuple(p.shape) for k, p in net.parameters_and_names()}
     with pytest.raises(ConversionError, match="shape mismatches"):
         convert_state_dict(torch_nano.state_dict(), expected)
+
+
+def test_cspdarknet_weights_are_refused_by_darknet53(torch_nano):
+    """A nano checkpoint given --model yolox_darknet53: the keys of each network that the
+    other lacks are named (PAFPN's and YOLOFPN's blocks)."""
+    net = build_model(load_model_config("yolox_darknet53"), 3)
+    expected = {k: tuple(p.shape) for k, p in net.parameters_and_names()}
+    with pytest.raises(ConversionError) as err:
+        convert_state_dict(torch_nano.state_dict(), expected)
+    message = str(err.value)
+    assert "backbone.C3_p4.conv1.conv.weight" in message  # nano's, no Darknet53 parameter
+    assert "backbone.out1.0.conv.weight" in message  # Darknet53's, missing from nano
 
 
 # A checkpoint that would run code is refused before anything runs: the payload's side

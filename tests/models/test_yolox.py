@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from models.backbone import Darknet53
 from models.head import decode_boxes, make_grid, prior_bias
-from models.layers import BN_EPS, BN_MOMENTUM, BaseConv
-from models.yolox import build_model, load_model_config, model_names
+from models.layers import BN_EPS, BN_MOMENTUM, BaseConv, ResLayer, SPPBottleneck
+from models.neck import YOLOFPN
+from models.yolox import architecture, build_model, load_model_config, model_names
 
 # Parameter counts of the PyTorch original at 80 classes (trainable parameters).
 ORIGINAL_PARAMS = {
@@ -21,10 +23,12 @@ ORIGINAL_PARAMS = {
     "yolox_m": 25_326_495,
     "yolox_l": 54_208_895,
     "yolox_x": 99_071_455,
+    # exp/default/yolov3.py, measured with torch on the original (yolox 0.3.0).
+    "yolox_darknet53": 63_724_767,
 }
 
 
-def test_all_six_sizes_are_configured():
+def test_every_original_model_is_configured():
     assert model_names() == sorted(ORIGINAL_PARAMS)
 
 
@@ -40,6 +44,55 @@ def test_all_six_sizes_are_configured():
 def test_parameter_count_equals_original(name):
     net = build_model(load_model_config(name), 80)
     assert sum(p.size for p in net.trainable_params()) == ORIGINAL_PARAMS[name]
+
+
+def test_darknet53_is_yolov3s_layout():
+    """Darknet53 + YOLOv3's FPN, LeakyReLU everywhere (head included), the head on
+    128/256/512 channels at width 1; stage depths 1, 2, 8, 8, 4 residual blocks."""
+    net = build_model(load_model_config("yolox_darknet53"), 80)
+    cells = dict(net.cells_and_names())
+    assert isinstance(net.backbone, YOLOFPN) and isinstance(net.backbone.backbone, Darknet53)
+    residual = {
+        stage: sum(isinstance(c, ResLayer) for c in cells[f"backbone.backbone.{stage}"].cells())
+        for stage in ("stem", "dark2", "dark3", "dark4", "dark5")
+    }
+    assert residual == {"stem": 1, "dark2": 2, "dark3": 8, "dark4": 8, "dark5": 4}
+    assert isinstance(cells["backbone.backbone.dark5.7"], SPPBottleneck)
+    assert [cells[f"head.stems.{k}"].conv.in_channels for k in range(3)] == [128, 256, 512]
+    assert cells["head.stems.0"].conv.out_channels == 256
+    acts = {type(c).__name__ for n, c in cells.items() if n.endswith(".act")}
+    assert acts == {"LeakyReLU"}
+    assert all(c.fused is None for c in cells.values() if isinstance(c, BaseConv))
+
+
+def test_older_configs_build_cspdarknet_pafpn():
+    """A model config without the architecture fields (all of them before Darknet53)
+    builds what it built before: the parameter names old checkpoints hold."""
+    cfg = OmegaConf.create(
+        {"name": "yolox_s", "depth": 0.33, "width": 0.5, "depthwise": False, "num_classes": 3}
+    )
+    arch = architecture(cfg)
+    assert (arch["backbone"], arch["neck"], arch["act"]) == ("cspdarknet", "pafpn", "silu")
+    assert arch["in_channels"] == [256, 512, 1024]
+    old = [n for n, _ in build_model(cfg).parameters_and_names()]
+    new = [n for n, _ in build_model(load_model_config("yolox_s"), 3).parameters_and_names()]
+    assert old == new and "backbone.backbone.stem.conv.conv.weight" in old
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ({"width": 0.5}, "darknet53 needs"),
+        ({"depthwise": True}, "darknet53 needs"),
+        ({"in_channels": [256, 512, 1024]}, "darknet53 needs"),
+        ({"neck": "pafpn"}, "got darknet53/pafpn"),
+        ({"backbone": "resnet50"}, "cspdarknet/pafpn or darknet53/yolofpn"),
+    ],
+)
+def test_darknet53_size_and_combination_are_checked(override, message):
+    cfg = OmegaConf.merge(load_model_config("yolox_darknet53"), override)
+    with pytest.raises(ValueError, match=message):
+        build_model(cfg, 80)
 
 
 def test_num_classes_from_dataset_or_config():

@@ -19,11 +19,12 @@ from porting.report import ModuleDiff, build_report
 from tests.torch_reference import require_yolox
 
 SIZE = "64"  # small: the tool's cost is mostly compilation and the float64 reference
-FORWARD_ROWS = major_modules() + [
+WHOLE_NETWORK_ROWS = [
     "head (decoded output)",
     "network output (graph)",
     "detections after NMS (graph)",
 ]
+FORWARD_ROWS = major_modules() + WHOLE_NETWORK_ROWS
 
 
 def run_tool(capsys, *args: str) -> tuple[int, str]:
@@ -84,6 +85,29 @@ def test_converted_checkpoint_passes_and_json_is_parsed(checkpoint, image, tmp_p
     assert max(r["max_rel"] for r in rows[:31]) < 5e-5
     # NMS on the same decoded predictions: the same detections, bit for bit.
     assert rows[-1]["max_abs"] == 0.0 and rows[-1]["shape"][1] == 6
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_darknet53_rows_are_its_own_modules(tmp_path, capsys):
+    """YOLOX-Darknet53: the rows follow its network (YOLOFPN's four blocks), and a random
+    network calibrated on the picture passes in graph mode."""
+    require_yolox()
+    from models.neck import YOLOFPN
+
+    out_json = tmp_path / "darknet53.json"
+    code = compare.main(
+        ["--model", "yolox_darknet53", "--random-init", "--size", SIZE, "--json", str(out_json)]
+    )
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0 and "PASS: all 30 rows" in out
+    report = read_json(out_json)
+    assert report["model"] == "yolox_darknet53"
+    rows = report["rows"]
+    assert [r["module"] for r in rows] == major_modules(YOLOFPN.BLOCKS) + WHOLE_NETWORK_ROWS
+    assert rows[0]["shape"] == [1, 64, 32, 32]  # Darknet53's stem: stride 2, 64 channels
+    assert rows[-1]["max_abs"] == 0.0
 
 
 @pytest.mark.torch
