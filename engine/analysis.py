@@ -198,31 +198,33 @@ def _match_image_class(
     dts = [dts[i] for i in order]
     scores = np.array([float(d["score"]) for d in dts], dtype=np.float64)
     dt_boxes = np.array([d["bbox"] for d in dts], dtype=np.float64).reshape(-1, 4)
+    area = dt_boxes[:, 2] * dt_boxes[:, 3]
+    outside_area = (area < AREA_ALL[0]) | (area > AREA_ALL[1])
+    if not gts:  # most (image, class) pairs of a real evaluation: all false positives
+        return scores, np.zeros(len(dts), dtype=bool), ~outside_area
     gt_boxes, crowd, ignore = _gt_arrays(gts)
     gt_order = np.argsort(ignore, kind="mergesort")  # ignored ground truth last
     gt_boxes, crowd, ignore = gt_boxes[gt_order], crowd[gt_order], ignore[gt_order]
     matched = np.zeros(len(dts), dtype=bool)
     dt_ignored = np.zeros(len(dts), dtype=bool)
-    if len(gts) and len(dts):
-        ious = coco_iou(dt_boxes, gt_boxes, crowd).tolist()
-        crowd_l, ignore_l = crowd.tolist(), ignore.tolist()
-        taken = [False] * len(gts)
-        for d, row in enumerate(ious):
-            # Greedy in score order: the best still-free box, a regular one before an
-            # ignored one; ties go to the later box, as COCOeval's `<` comparison does.
-            best, m = min(iou_threshold, 1 - 1e-10), -1
-            for g, iou in enumerate(row):
-                if taken[g] and not crowd_l[g]:
-                    continue
-                if m > -1 and not ignore_l[m] and ignore_l[g]:
-                    break
-                if iou < best:
-                    continue
-                best, m = iou, g
-            if m > -1:
-                matched[d], dt_ignored[d], taken[m] = True, ignore_l[m], True
-    area = dt_boxes[:, 2] * dt_boxes[:, 3]
-    dt_ignored |= ~matched & ((area < AREA_ALL[0]) | (area > AREA_ALL[1]))
+    ious = coco_iou(dt_boxes, gt_boxes, crowd).tolist()
+    crowd_l, ignore_l = crowd.tolist(), ignore.tolist()
+    taken = [False] * len(gts)
+    for d, row in enumerate(ious):
+        # Greedy in score order: the best still-free box, a regular one before an
+        # ignored one; ties go to the later box, as COCOeval's `<` comparison does.
+        best, m = min(iou_threshold, 1 - 1e-10), -1
+        for g, iou in enumerate(row):
+            if taken[g] and not crowd_l[g]:
+                continue
+            if m > -1 and not ignore_l[m] and ignore_l[g]:
+                break
+            if iou < best:
+                continue
+            best, m = iou, g
+        if m > -1:
+            matched[d], dt_ignored[d], taken[m] = True, ignore_l[m], True
+    dt_ignored |= ~matched & outside_area
     return scores, matched & ~dt_ignored, ~matched & ~dt_ignored
 
 
@@ -244,10 +246,13 @@ def match_by_class(
     and class count, the highest scoring. Returns one :class:`ClassMatches` per category.
     """
     split = _Split(gt_dataset, detections, category_ids, image_ids)
+    images_of: dict[int, set[int]] = {cat: set() for cat in split.category_ids}
+    for img, cat in (*split.gts, *split.dts):
+        images_of[cat].add(img)
     out = []
     for cat in split.category_ids:
         scores, tps, fps, num_gt = [], [], [], 0
-        for img in split.image_ids:
+        for img in sorted(images_of[cat]):  # COCOeval's order: image ids ascending
             gts = split.gts.get((img, cat), [])
             num_gt += int((~_gt_arrays(gts)[2]).sum()) if gts else 0
             dts = split.dts.get((img, cat), [])
