@@ -9,15 +9,13 @@ from data.coco import CocoSource
 from data.synthetic import MIN_OBJECT_SIZE, ensure_shapes_dataset, shapes_root
 
 
-def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
-    """The (train, val) sources of ``data_cfg``.
+def dataset_root(data_cfg: Any) -> str:
+    """The folder ``data_cfg``'s splits live in, their paths relative to it.
 
     ``data.name == "shapes"``: the built-in synthetic set (kinds ``data.classes``, shapes
     at least ``data.min_object_size`` px), generated on first use into ``data.root`` or,
     when that is null, ``<data.cache_dir>/shapes-<seed>-<train>-<val>[-<kinds>][-min<N>]``.
-    Any other name is a COCO-format dataset under ``data.root`` with
-    ``data.{train,val}.{ann_file,img_dir}`` relative to it. A missing annotation file or
-    image folder raises ``FileNotFoundError`` naming the path.
+    Any other name: ``data.root``, which must exist (``FileNotFoundError`` naming it).
     """
     if data_cfg.name == "shapes":
         classes = tuple(data_cfg.get("classes") or ()) or None
@@ -30,7 +28,7 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             classes,
             min_size,
         )
-        root = ensure_shapes_dataset(
+        return ensure_shapes_dataset(
             root,
             int(data_cfg.num_train),
             int(data_cfg.num_val),
@@ -38,12 +36,22 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             classes,
             min_size,
         )
-    else:
-        if not data_cfg.root:
-            raise ValueError(f"data.root must be set for dataset {data_cfg.name!r}")
-        root = os.path.abspath(str(data_cfg.root))
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"dataset root not found: {root} (data.root)")
+    if not data_cfg.root:
+        raise ValueError(f"data.root must be set for dataset {data_cfg.name!r}")
+    root = os.path.abspath(str(data_cfg.root))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"dataset root not found: {root} (data.root)")
+    return root
+
+
+def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
+    """The (train, val) sources of ``data_cfg``.
+
+    The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
+    split is ``data.{train,val}.{ann_file,img_dir}`` relative to it. A missing annotation
+    file or image folder raises ``FileNotFoundError`` naming the path.
+    """
+    root = dataset_root(data_cfg)
     train = CocoSource(root, data_cfg.train.ann_file, data_cfg.train.img_dir)
     val = CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
     if train.category_ids != val.category_ids:

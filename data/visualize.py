@@ -18,7 +18,6 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from data.build import build_sources
-from data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -59,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--epoch", type=int, default=0, help="training epoch to show (0-based)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data=coco")
     args = parser.parse_args(argv)
+    # Here, not at the top: data.pipeline loads MindSpore, and draw_boxes must stay
+    # importable without it (engine.plots draws evaluation pictures before it loads).
+    from data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose("config", overrides=list(args.overrides))
