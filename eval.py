@@ -44,7 +44,7 @@ def main(cfg: DictConfig) -> None:
         dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
         metrics, _ = evaluate_on_dataset(
             InferenceNet(detector),
-            build_nms(cfg.eval, detector.num_classes),
+            build_nms(cfg.eval, detector.num_classes, on_host=rt.host_nms),
             dataset,
             val,
             rt.run_dir,

@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> None:
         # These import MindSpore, which must load after setup_runtime prepared the environment.
         from engine.predictor import Predictor
 
-        predictor = Predictor(cfg)
+        predictor = Predictor(cfg, host_nms=rt.host_nms)
         results, skipped = {}, []
         for path in list_images(str(cfg.source)):
             records = predictor.predict_file(path, rt.run_dir)

@@ -96,7 +96,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
 
     stages.mark("import + runtime")
     net = build_model(cfg.model, args.num_classes)
-    apply_amp(net, rt)
+    net = apply_amp(net, rt)
     stages.mark("network built")
     loss = YOLOXLoss(args.num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, args.steps + 2, 1, 0, 0)

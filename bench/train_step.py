@@ -48,7 +48,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
 
     batch, size = int(cfg.train.batch_size), int(cfg.data.img_size[0])
     net = build_model(cfg.model, num_classes)
-    apply_amp(net, rt)
+    net = apply_amp(net, rt)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, steps + warmup + 1, 1, 0, 0)
     step = build_train_step(net, loss, lrs, cfg.train, rt)

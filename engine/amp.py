@@ -8,22 +8,32 @@ import mindspore as ms
 from mindspore import nn
 
 
-def apply_amp(net: nn.Cell, rt) -> None:
-    """Mixed precision at ``rt.amp_level`` (O0: nothing), run from the run folder."""
+def apply_amp(net: nn.Cell, rt) -> nn.Cell:
+    """Mixed precision at ``rt.amp_level`` (O0: ``net`` itself), run from the run folder.
+
+    Returns the network to train: use it instead of ``net`` from then on (at O1 MindSpore
+    rewrites the network into a new Cell; its parameters are ``net``'s, by name and object).
+    """
     if rt.amp_level == "O0":
-        return
+        return net
     # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
     # (os.chdir by hand: contextlib.chdir is Python 3.11+.)
     previous = os.getcwd()
     os.chdir(rt.run_dir)
     try:
-        mixed_precision(net, rt.amp_level)
+        return mixed_precision(net, rt.amp_level)
     finally:
         os.chdir(previous)
 
 
-def mixed_precision(net: nn.Cell, level: str) -> None:
-    """MindSpore's AMP at ``level``; at O2 SyncBatchNorm stays in float32 like BatchNorm.
+def mixed_precision(net: nn.Cell, level: str) -> nn.Cell:
+    """MindSpore's AMP at ``level``, returning the network to use; at O2 SyncBatchNorm stays
+    in float32 like BatchNorm.
+
+    O1 (white list: convolutions, matmuls) rewrites the network and returns a new one
+    (``train/amp.py``, ``_auto_mixed_precision_rewrite``: the original must not be used
+    after); O2 and O3 convert in place but wrap the result in a float32 output cast that only
+    the returned network has. Keeping the returned network is what makes each level real.
 
     MindSpore's O2 black list (``ms.amp.get_black_list()``) names BatchNorm1d/2d/3d and
     LayerNorm only, so the SyncBatchNorm layers of ``runtime.sync_bn`` would compute their
@@ -32,6 +42,5 @@ def mixed_precision(net: nn.Cell, level: str) -> None:
     """
     if level == "O2":
         black_list = ms.amp.get_black_list() + [nn.SyncBatchNorm]
-        ms.amp.custom_mixed_precision(net, black_list=black_list)
-    else:
-        ms.amp.auto_mixed_precision(net, level)
+        return ms.amp.custom_mixed_precision(net, black_list=black_list)
+    return ms.amp.auto_mixed_precision(net, level)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,10 @@ WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
-# Ascend operator precision. The Atlas training series defaults to force_fp16, which runs
-# every operator that has an fp16 kernel in fp16, fp32 graphs and AMP black-listed layers
-# included; must_keep_origin_dtype keeps each operator in the dtype the graph gives it, so
-# that AMP (runtime.amp) alone decides what runs in fp16.
+# Ascend operator precision (runtime.precision_mode). "auto" follows the chip profile below;
+# any of CANN's modes can be set explicitly.
 PRECISION_MODES = (
+    "auto",
     "must_keep_origin_dtype",
     "force_fp16",
     "allow_fp32_to_fp16",
@@ -48,13 +48,89 @@ PRECISION_MODES = (
     "allow_mix_precision_fp16",
     "allow_mix_precision_bf16",
 )
-DEFAULT_PRECISION_MODE = "must_keep_origin_dtype"
-# MindSpore's names (mindspore/amp.py, nn/wrap/loss_scale.py) for the SoC features that
-# decide how overflow is detected: the Atlas training series ("classic") reports it only in
-# its float-status register; A2 does too in saturation mode (MS_ASCEND_CHECK_OVERFLOW_MODE).
+DEFAULT_PRECISION_MODE = "auto"
+KEEP_DTYPE = "must_keep_origin_dtype"
+# MindSpore's names (mindspore/amp.py, nn/wrap/loss_scale.py) for the SoC features msdet's
+# chip profile is decided from. "classic": the Atlas training series (910A), whose cube unit
+# has no float32 and which reports fp16 overflow only in its float-status register. "hq
+# dtype line": A2 (910B) and later, whose cube computes float32 and which reports overflow
+# in the register only in saturation mode (MS_ASCEND_CHECK_OVERFLOW_MODE).
 SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
 SOC_A2 = "train_hq_dtype_line"
 OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+
+
+@dataclass(frozen=True)
+class ChipProfile:
+    """What msdet does differently on one Ascend chip, decided from MindSpore's own SoC
+    capability queries (:func:`chip_profile`), never from a list of chip names.
+
+    ``precision_mode``: what ``runtime.precision_mode=auto`` sets (None: MindSpore's own
+    default). ``host_nms``: NMS runs on the host, because the chip's ``NMSWithMask`` kernel
+    (the legacy TBE path of chips with RPN instructions) takes float16 only and scales
+    coordinates by 0.054: class offsets of 80 classes x 833 px exceed float16's 65504 and
+    float16's spacing at 2,048 px is 2 px, so suppression would silently differ.
+    """
+
+    soc: str  # MindSpore's name for it (MSContext.get_ascend_soc_version), for reports
+    cube_fp32: bool  # matrix operators (convolution, matmul) compute in float32
+    float_status: bool  # fp16 overflow read from the float-status register
+    precision_mode: str | None
+    host_nms: bool
+
+    def describe(self) -> str:
+        """One log line."""
+        mode = self.precision_mode or "MindSpore's default"
+        return (
+            f"Ascend chip {self.soc}: cube float32 {'yes' if self.cube_fp32 else 'no'}, "
+            f"precision mode {mode}, overflow from the "
+            f"{'float-status register' if self.float_status else 'gradients'}, "
+            f"NMS on the {'host' if self.host_nms else 'device'}"
+        )
+
+
+def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | None) -> ChipProfile:
+    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW` and
+    :data:`SOC_A2` (and the overflow mode set in the environment).
+
+    - A2 and later (``hq_dtype``): keep every operator's dtype, so that AMP alone decides
+      what runs in float16 (MindSpore's own default there); NMS on the device (its
+      ``NMSLargeN`` kernel takes float32).
+    - The Atlas training series (``classic``): its cube has no float32, so keeping float32
+      would fail or fall back to the AI CPU for every convolution of a float32 graph (amp=O0,
+      the evaluation network, the assigner's batched matmul); ``allow_fp32_to_fp16`` runs
+      matrix operators in float16 and keeps vector operators (BatchNorm, the loss) in float32.
+      NMS on the host.
+    - Anything else (an inference chip, a chip MindSpore answers neither for): MindSpore's
+      own precision default, NMS on the host (correct everywhere, slower).
+    """
+    cube_fp32 = bool(hq_dtype)
+    if cube_fp32:
+        precision = KEEP_DTYPE
+    elif classic:
+        precision = "allow_fp32_to_fp16"
+    else:
+        precision = None
+    return ChipProfile(
+        soc=soc or "unknown",
+        cube_fp32=cube_fp32,
+        float_status=float_status_register(bool(classic), bool(hq_dtype), overflow_mode),
+        precision_mode=precision,
+        host_nms=not cube_fp32,
+    )
+
+
+def ascend_chip() -> ChipProfile:
+    """:func:`chip_profile` of the Ascend chip MindSpore runs on (after ``set_device``)."""
+    from mindspore._c_expression import MSContext
+
+    ctx = MSContext.get_instance()
+    return chip_profile(
+        ctx.get_ascend_soc_version(),
+        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
+        ctx.ascend_soc_supports_feature(SOC_A2),
+        os.environ.get(OVERFLOW_MODE_VAR),
+    )
 
 
 def ascend_present() -> bool:
@@ -186,19 +262,33 @@ def setup_cpu_kernels(
 
 
 def check_precision_mode(mode: str) -> str:
-    """``runtime.precision_mode`` checked against the modes CANN knows."""
+    """``runtime.precision_mode`` checked against ``auto`` and the modes CANN knows."""
     if mode not in PRECISION_MODES:
         raise ValueError(f"runtime.precision_mode must be one of {PRECISION_MODES}, got {mode!r}")
     return mode
 
 
-def apply_precision_mode(ms: Any, device: str, requested: Any) -> str | None:
-    """Set the Ascend operator precision mode (``runtime.precision_mode``); None elsewhere."""
-    if device != "Ascend":
-        return None
+def resolve_precision_mode(requested: Any, chip: ChipProfile) -> str | None:
+    """The precision mode to set: the chip's for ``auto``, else the requested one (a keep-
+    dtype request on a chip whose cube has no float32 is honoured, with a warning)."""
     mode = check_precision_mode(str(requested or DEFAULT_PRECISION_MODE))
-    ms.device_context.ascend.op_precision.precision_mode(mode)
+    if mode == "auto":
+        return chip.precision_mode
+    if mode == KEEP_DTYPE and not chip.cube_fp32:
+        log.warning(
+            "runtime.precision_mode=%s on %s, whose cube unit has no float32: float32 "
+            "convolutions and matmuls will fail or run on the AI CPU (auto: %s)",
+            mode,
+            chip.soc,
+            chip.precision_mode,
+        )
     return mode
+
+
+def apply_precision_mode(ms: Any, mode: str | None) -> None:
+    """Set the Ascend operator precision mode (None: leave MindSpore's default)."""
+    if mode is not None:
+        ms.device_context.ascend.op_precision.precision_mode(mode)
 
 
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:
@@ -206,18 +296,6 @@ def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | 
     loss-scale cell decides): always on the Atlas training series, on A2 only in
     saturation mode; elsewhere inf/NaN reach the gradients and ``all_finite`` sees them."""
     return classic_soc or (a2_soc and overflow_mode == "SATURATION_MODE")
-
-
-def ascend_uses_float_status() -> bool:
-    """:func:`float_status_register` for the Ascend chip MindSpore runs on."""
-    from mindspore._c_expression import MSContext
-
-    ctx = MSContext.get_instance()
-    return float_status_register(
-        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
-        ctx.ascend_soc_supports_feature(SOC_A2),
-        os.environ.get(OVERFLOW_MODE_VAR),
-    )
 
 
 def float_status_ops() -> tuple:

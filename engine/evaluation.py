@@ -55,7 +55,7 @@ class TrainingEvaluation:
         self.num_vis = int(cfg.train.vis_images)
         self.eval_net = build_model(cfg.model, num_classes)
         self.detector = InferenceNet(self.eval_net)
-        self.nms = build_nms(cfg.eval, num_classes)
+        self.nms = build_nms(cfg.eval, num_classes, on_host=rt.host_nms)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )

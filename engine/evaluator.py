@@ -341,6 +341,11 @@ class RankGather:
         return [o.asnumpy() for o in outs]
 
 
+def _host(array: Any) -> np.ndarray:
+    """A Tensor's values, or an array as it is (``ops.nms.HostNMS`` returns numpy)."""
+    return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
+
+
 def evaluate_on_dataset(
     detector: Any,
     nms: Any,
@@ -382,7 +387,7 @@ def evaluate_on_dataset(
             preds = detector(ms.Tensor(images))
             preds.asnumpy()
         with speed.measure("nms"):
-            dets, counts = (t.asnumpy() for t in nms(preds))
+            dets, counts = (_host(t) for t in nms(preds))
         real = index >= 0
         if first:  # warm-up: compilation of both graphs happened here
             speed.reset()

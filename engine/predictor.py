@@ -22,11 +22,12 @@ log = logging.getLogger("predict")
 class Predictor:
     """A checkpoint ready to detect: ``predict_file(path, out_dir)`` -> records or None."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Any, host_nms: bool = False):
         self.img_size = tuple(int(v) for v in cfg.eval.img_size)
         detector, used_ema = load_detector(cfg.model, cfg.ckpt)
         self.num_classes = detector.num_classes
-        self.net = InferenceNet(detector, build_nms(cfg.eval, self.num_classes))
+        self.net = InferenceNet(detector)
+        self.nms = build_nms(cfg.eval, self.num_classes, on_host=host_nms)
         self.category_ids, self.class_names = self._classes(cfg)
         log.info(
             "%s: %s weights, %d classes", cfg.ckpt, "EMA" if used_ema else "raw", self.num_classes
@@ -62,7 +63,8 @@ class Predictor:
             return None
         boxed, scale = letterbox(img, self.img_size)
         batch = np.ascontiguousarray(boxed.transpose(2, 0, 1)[None], dtype=np.float32)
-        dets, counts = (t.asnumpy() for t in self.net(ms.Tensor(batch)))
+        dets, counts = self.nms(self.net(ms.Tensor(batch)))
+        dets, counts = (d.asnumpy() if hasattr(d, "asnumpy") else d for d in (dets, counts))
         hw = img.shape[:2]
         records = prediction_records(
             dets[0], counts[0], scale, hw, self.category_ids, self.class_names

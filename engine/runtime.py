@@ -39,6 +39,8 @@ class Runtime:
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
     float_status: bool = False  # overflow read from the device's float-status register
     precision_mode: str | None = None  # Ascend operator precision mode set at start-up
+    chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
+    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask is float16-only
     cpu_kernels: str | None = None  # msdet's compiled CPU kernel library models use, or None
     kernel_names: tuple[str, ...] = ()  # the kernels models run on it (ops.cpu_kernels.KERNELS)
 
@@ -120,7 +122,12 @@ def setup_runtime(
     if cfg.distributed:
         rank, world = dev.init_distributed(ms, device)
     sync_bn = dev.resolve_sync_bn(bool(cfg.get("sync_bn", False)), device, world)
-    precision = dev.apply_precision_mode(ms, device, cfg.get("precision_mode"))
+    chip = dev.ascend_chip() if device == "Ascend" else None
+    precision = None
+    if chip is not None:
+        precision = dev.resolve_precision_mode(cfg.get("precision_mode"), chip)
+        dev.apply_precision_mode(ms, precision)
+        log.info("%s", chip.describe())
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
@@ -141,8 +148,10 @@ def setup_runtime(
         device_id=card,
         run_dir=run_dir,
         sync_bn=sync_bn,
-        float_status=device == "Ascend" and dev.ascend_uses_float_status(),
+        float_status=chip is not None and chip.float_status,
         precision_mode=precision,
+        chip=chip.soc if chip else None,
+        host_nms=chip is not None and chip.host_nms,
         cpu_kernels=library,
         kernel_names=kernel_names,
     )

@@ -89,7 +89,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
     resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
     freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
-    apply_amp(net, rt)
+    net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
     loss = YOLOXLoss(
         num_classes,
         iou_weight=float(tcfg.loss.iou_weight),

@@ -18,7 +18,7 @@ from mindspore import nn
 
 from models.checkpoint import checkpoint_num_classes, load_weights
 from models.yolox import YOLOX, build_model
-from ops.nms import BatchedNMS
+from ops.nms import BatchedNMS, HostNMS
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,12 @@ class ExportError(RuntimeError):
     """The network could not be exported, or the exported file computes something else."""
 
 
-def build_nms(eval_cfg: Any, num_classes: int) -> BatchedNMS:
-    """:class:`BatchedNMS` from the ``eval`` config group (conf_thresh, nms_iou, ...)."""
-    return BatchedNMS(
+def build_nms(eval_cfg: Any, num_classes: int, on_host: bool = False) -> BatchedNMS | HostNMS:
+    """:class:`BatchedNMS` from the ``eval`` config group (conf_thresh, nms_iou, ...), or
+    with ``on_host`` (``Runtime.host_nms``: the chip's NMSWithMask is float16 only) the
+    same post-processing with the suppression on the host (:class:`ops.nms.HostNMS`)."""
+    kind = HostNMS if on_host else BatchedNMS
+    return kind(
         num_classes,
         conf_thresh=float(eval_cfg.conf_thresh),
         iou_thresh=float(eval_cfg.nms_iou),

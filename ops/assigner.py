@@ -22,6 +22,7 @@ removes them from every step exactly as the original's indexing does.
 from __future__ import annotations
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 
 from ops.boxes import pairwise_iou_cxcywh
@@ -34,10 +35,22 @@ GEOMETRY_PENALTY = {"yolox-0.3.0": 1e5, "yolox-latest": 1e6}
 EXCLUDED_COST = 1e9
 TOPK_CANDIDATES = 10
 LOG_CLAMP = -100.0  # torch.nn.functional.binary_cross_entropy clamps log() at -100
+# The smallest normal float32: the log of anything at least this large is finite everywhere.
+TINY = float(np.finfo(np.float32).tiny)
 
 
 def _clamped_log(x: ms.Tensor) -> ms.Tensor:
-    return ops.maximum(ops.log(x), LOG_CLAMP)
+    """``max(log(x), -100)`` for probabilities, without ever forming ``log(0) = -inf``.
+
+    On chips that flag fp16 overflow in a float-status register (the Atlas training series)
+    an inf intermediate, even one clamped right after, marks the step as overflowed: steps
+    would be skipped, or a float32 run stopped as non-finite, with nothing wrong. The log is
+    therefore taken of ``max(x, TINY)`` only, and inputs below TINY give -100 directly.
+    Equal to torch's clamp except for subnormal inputs in (3.7e-44, 1.2e-38), where torch
+    gives log(x) in [-100, -87.3] and this -100 (devices flush such values to 0 anyway).
+    """
+    safe = ops.maximum(x, TINY)
+    return ops.select(x >= TINY, ops.log(safe), ops.full_like(x, LOG_CLAMP))
 
 
 class SimOTAAssigner(nn.Cell):

@@ -5,8 +5,9 @@ detections per image, following YOLOX's ``postprocess``: score = objectness x be
 probability (one label per anchor), keep ``score >= conf_thresh``, NMS per class. Every
 shape is static: the result is zero-padded to ``max_det`` rows with a valid count per image.
 
-:func:`greedy_nms` and :func:`postprocess_numpy` are a plain numpy implementation of the
-same pipeline, used as the reference in tests and benchmarks.
+:class:`HostNMS` runs the suppression on the host instead (chips whose ``NMSWithMask`` is
+float16 only). :func:`greedy_nms` and :func:`postprocess_numpy` are a plain numpy
+implementation of the same pipeline, used as the reference in tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,51 @@ ASCEND_MAX_NMS_BOXES = 2864
 # score, because valid scores are products of probabilities and thresholds are >= 0.
 INVALID_SCORE = -1.0
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class Candidates(nn.Cell):
+    """The first half of YOLOX's post-processing, on the device: score = objectness x best
+    class probability, keep ``score >= conf_thresh``, the ``k`` best per image.
+
+    ``construct(predictions [B, A, 5 + C])`` returns ``(boxes [B, k, 4]`` x1, y1, x2, y2,
+    ``scores [B, k]`` sorted, ``labels [B, k]`` float32 class indices, ``valid [B, k]``);
+    rows that are not valid hold zero boxes. Candidates with a NaN/inf score or box are
+    never valid. ``k = min(pre_nms_topk, A)``.
+    """
+
+    def __init__(self, num_classes: int, conf_thresh: float, pre_nms_topk: int):
+        super().__init__()
+        self.num_classes = int(num_classes)
+        self.conf_thresh = float(conf_thresh)
+        self.pre_nms_topk = int(pre_nms_topk)
+        self.topk = ops.TopK(sorted=True)
+        self.best_class = ops.ArgMaxWithValue(axis=-1)
+
+    def construct(self, predictions):
+        # Always float32: class offsets of the device NMS reach C x image size (> 65504, the
+        # float16 maximum, for 80 classes at 832 px) and float16 spacing at 50000 is 32 px.
+        preds = predictions.astype(ms.float32)
+        k = min(self.pre_nms_topk, preds.shape[1])
+        centers = preds[:, :, 0:2]
+        half = preds[:, :, 2:4] * 0.5
+        boxes = ops.concat((centers - half, centers + half), -1)
+        labels, class_prob = self.best_class(preds[:, :, 5 : 5 + self.num_classes])
+        scores = preds[:, :, 4] * class_prob
+
+        # An anchor with any NaN/inf in its row is never kept, as in YOLOX where torch.max
+        # propagates NaN; ArgMaxWithValue skips a NaN class probability unless it comes first.
+        # NaN and inf propagate through the sum; written out because MindSpore cannot export
+        # IsFinite or ReduceAll to ONNX.
+        finite = ops.abs(preds[:, :, : 5 + self.num_classes].sum(-1)) <= FLOAT32_MAX
+        valid = ops.logical_and(finite, scores >= self.conf_thresh)
+        masked = ops.where(valid, scores, ops.full_like(scores, INVALID_SCORE))
+        # Ascend's NMSWithMask ignores the score column, so the input must be pre-sorted.
+        top_scores, top_idx = self.topk(masked, k)
+        cand_valid = top_scores >= self.conf_thresh
+        cand_boxes = ops.gather_elements(boxes, 1, ops.tile(top_idx.expand_dims(-1), (1, 1, 4)))
+        cand_labels = ops.gather_elements(labels, 1, top_idx).astype(ms.float32)
+        cand_boxes = ops.where(cand_valid.expand_dims(-1), cand_boxes, ops.zeros_like(cand_boxes))
+        return cand_boxes, top_scores, cand_labels, cand_valid
 
 
 class BatchedNMS(nn.Cell):
@@ -42,7 +88,9 @@ class BatchedNMS(nn.Cell):
     input pixels, objectness and class probabilities; float32 or float16) and returns
     ``(dets, counts)``: ``dets [B, max_det, 6]`` float32 rows (x1, y1, x2, y2, score,
     class index) sorted by score, zero rows after the first ``counts[b]``; ``counts [B]``
-    int32. Candidates with a NaN/inf score or box are never kept.
+    int32. Candidates with a NaN/inf score or box are never kept. :class:`HostNMS`
+    computes the same with the suppression on the host (chips whose ``NMSWithMask`` is
+    float16 only).
     """
 
     def __init__(
@@ -62,37 +110,14 @@ class BatchedNMS(nn.Cell):
         self.pre_nms_topk = int(pre_nms_topk)
         self.max_det = int(max_det)
         self.class_agnostic = bool(class_agnostic)
+        self.candidates = Candidates(num_classes, conf_thresh, pre_nms_topk)
         self.nms = ops.NMSWithMask(self.iou_thresh)
         self.topk = ops.TopK(sorted=True)
-        self.best_class = ops.ArgMaxWithValue(axis=-1)
 
     def construct(self, predictions):
-        # NMS always runs in float32: class offsets reach C x image size (> 65504, the
-        # float16 maximum, for 80 classes at 832 px) and float16 spacing at 50000 is 32 px.
-        preds = predictions.astype(ms.float32)
-        batch = preds.shape[0]
-        k = min(self.pre_nms_topk, preds.shape[1])
+        cand_boxes, top_scores, cand_labels, cand_valid = self.candidates(predictions)
+        batch, k = top_scores.shape
         m = min(self.max_det, k)
-
-        centers = preds[:, :, 0:2]
-        half = preds[:, :, 2:4] * 0.5
-        boxes = ops.concat((centers - half, centers + half), -1)
-        labels, class_prob = self.best_class(preds[:, :, 5 : 5 + self.num_classes])
-        scores = preds[:, :, 4] * class_prob
-
-        # An anchor with any NaN/inf in its row is never kept, as in YOLOX where torch.max
-        # propagates NaN; ArgMaxWithValue skips a NaN class probability unless it comes first.
-        # NaN and inf propagate through the sum; written out because MindSpore cannot export
-        # IsFinite or ReduceAll to ONNX.
-        finite = ops.abs(preds[:, :, : 5 + self.num_classes].sum(-1)) <= FLOAT32_MAX
-        valid = ops.logical_and(finite, scores >= self.conf_thresh)
-        masked = ops.where(valid, scores, ops.full_like(scores, INVALID_SCORE))
-        # Ascend's NMSWithMask ignores the score column, so the input must be pre-sorted.
-        top_scores, top_idx = self.topk(masked, k)
-        cand_valid = top_scores >= self.conf_thresh
-        cand_boxes = ops.gather_elements(boxes, 1, ops.tile(top_idx.expand_dims(-1), (1, 1, 4)))
-        cand_labels = ops.gather_elements(labels, 1, top_idx).astype(ms.float32)
-        cand_boxes = ops.where(cand_valid.expand_dims(-1), cand_boxes, ops.zeros_like(cand_boxes))
 
         nms_boxes = cand_boxes
         if not self.class_agnostic:
@@ -129,6 +154,75 @@ class BatchedNMS(nn.Cell):
             dets = ops.concat((dets, ops.zeros((batch, self.max_det - m, 6), ms.float32)), 1)
         counts = selected.astype(ms.int32).sum(axis=1).astype(ms.int32)
         return dets, counts
+
+
+class HostNMS:
+    """:class:`BatchedNMS` with the suppression on the host: :class:`Candidates` runs on the
+    device (vector operators only), greedy NMS per class runs in numpy on its output.
+
+    For chips whose ``NMSWithMask`` takes float16 only (the Atlas training series, see
+    ``engine.device.ChipProfile``): float32 suppression there is only possible off the
+    device. The result equals :class:`BatchedNMS`'s (tested at 80 classes and 2,864
+    candidates); the 2,864-candidate cap is kept for the same settings on every chip, though
+    the host has no such limit. Called like the Cell: ``nms(predictions) -> (dets, counts)``,
+    as numpy arrays.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        conf_thresh: float = 0.01,
+        iou_thresh: float = 0.65,
+        pre_nms_topk: int = 1000,
+        max_det: int = 100,
+        class_agnostic: bool = False,
+    ):
+        check_nms_settings(num_classes, conf_thresh, iou_thresh, pre_nms_topk, max_det)
+        self.iou_thresh = float(iou_thresh)
+        self.max_det = int(max_det)
+        self.class_agnostic = bool(class_agnostic)
+        self.candidates = Candidates(num_classes, conf_thresh, pre_nms_topk)
+
+    def __call__(self, predictions) -> tuple[np.ndarray, np.ndarray]:
+        boxes, scores, labels, valid = (t.asnumpy() for t in self.candidates(predictions))
+        dets = np.zeros((len(scores), self.max_det, 6), np.float32)
+        counts = np.zeros(len(scores), np.int32)
+        for b in range(len(scores)):
+            idx = np.flatnonzero(valid[b])  # already in score order
+            keep = suppress(boxes[b], labels[b], idx, self.iou_thresh, self.class_agnostic)
+            keep = keep[: self.max_det]
+            n = len(keep)
+            dets[b, :n, :4] = boxes[b, keep]
+            dets[b, :n, 4] = scores[b, keep]
+            dets[b, :n, 5] = labels[b, keep]
+            counts[b] = n
+        return dets, counts
+
+
+def suppress(
+    boxes: np.ndarray, labels: np.ndarray, order: np.ndarray, iou_thresh: float, agnostic: bool
+) -> np.ndarray:
+    """Greedy NMS over the candidates ``order`` (indices, best first), per class unless
+    ``agnostic``; returns the kept indices, best first."""
+    if agnostic:
+        return order[_greedy_in_order(boxes[order], iou_thresh)]
+    kept = np.zeros(len(order), bool)
+    for c in np.unique(labels[order]):
+        members = np.flatnonzero(labels[order] == c)
+        kept[members[_greedy_in_order(boxes[order[members]], iou_thresh)]] = True
+    return order[kept]
+
+
+def _greedy_in_order(boxes: np.ndarray, iou_thresh: float) -> np.ndarray:
+    """Positions greedy NMS keeps among ``boxes``, which are already best first."""
+    suppressed = np.zeros(len(boxes), dtype=bool)
+    keep = []
+    for i in range(len(boxes)):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        suppressed[i + 1 :] |= box_iou_one_to_many(boxes[i], boxes[i + 1 :]) > iou_thresh
+    return np.asarray(keep, dtype=np.int64)
 
 
 def check_nms_settings(
@@ -168,15 +262,7 @@ def greedy_nms(boxes: np.ndarray, scores: np.ndarray, iou_thresh: float) -> np.n
     Ties in score keep the input order.
     """
     order = np.argsort(-scores, kind="stable")
-    boxes = boxes[order]
-    suppressed = np.zeros(len(order), dtype=bool)
-    keep = []
-    for i in range(len(order)):
-        if suppressed[i]:
-            continue
-        keep.append(order[i])
-        suppressed[i + 1 :] |= box_iou_one_to_many(boxes[i], boxes[i + 1 :]) > iou_thresh
-    return np.asarray(keep, dtype=np.int64)
+    return order[_greedy_in_order(boxes[order], iou_thresh)]
 
 
 def postprocess_numpy(

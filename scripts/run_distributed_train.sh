@@ -14,6 +14,9 @@
 #   HCCL_EXEC_TIMEOUT  seconds an HCCL collective waits for the other ranks before the job
 #                    fails (Ascend; default here 7200, HCCL's own 1836): ranks wait for
 #                    rank 0 while it scores the gathered evaluation and saves checkpoints
+#   HCCL_CONNECT_TIMEOUT  seconds HCCL waits for every rank to connect (Ascend; 120-7200,
+#                    default here 1800, HCCL's own 120): each rank compiles its graphs before
+#                    the first collective, and one YOLOX graph takes 170-341 s on a 910
 #   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
 #
 # Everything lands in the run folder (hydra.run.dir=..., else outputs/<date>/<time>):
@@ -46,6 +49,7 @@ NUM_NODES=${NUM_NODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-600}
 HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-7200}
+HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1800}
 TRAIN_ENTRY=${TRAIN_ENTRY:-${REPO_ROOT}/train.py}
 STOP_GRACE_S=10 # how long stopped processes get before SIGKILL
 POLL_S=1
@@ -58,7 +62,8 @@ msdet_require_int NODE_RANK "${NODE_RANK}" 0 $((NUM_NODES - 1))
 msdet_require_int MASTER_PORT "${MASTER_PORT}" 1024 65535
 msdet_require_int CLUSTER_TIMEOUT "${CLUSTER_TIMEOUT}" 1
 msdet_require_int HCCL_EXEC_TIMEOUT "${HCCL_EXEC_TIMEOUT}" 1
-export HCCL_EXEC_TIMEOUT # read by HCCL in every rank (ignored on CPU and GPU)
+msdet_require_int HCCL_CONNECT_TIMEOUT "${HCCL_CONNECT_TIMEOUT}" 120 7200
+export HCCL_EXEC_TIMEOUT HCCL_CONNECT_TIMEOUT # read by HCCL in every rank (ignored on CPU and GPU)
 [ -f "${TRAIN_ENTRY}" ] || msdet_die "TRAIN_ENTRY=${TRAIN_ENTRY} is not a file"
 msdet_forbid_override runtime.distributed "this script sets runtime.distributed=true" "${OVERRIDES[@]}"
 

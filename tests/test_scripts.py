@@ -76,6 +76,11 @@ def test_scripts_exist_and_are_executable():
         (("2",), {"RANK_TABLE_FILE": "/no/such/rank_table.json"}, "RANK_TABLE_FILE=/no/such"),
         (("2",), {"TRAIN_ENTRY": "/no/such/train.py"}, "TRAIN_ENTRY=/no/such/train.py"),
         (("2",), {"HCCL_EXEC_TIMEOUT": "1h"}, "HCCL_EXEC_TIMEOUT must be an integer, got '1h'"),
+        (
+            ("2",),
+            {"HCCL_CONNECT_TIMEOUT": "60"},
+            "HCCL_CONNECT_TIMEOUT must be in [120, 7200], got 60",
+        ),
     ],
 )
 def test_distributed_launcher_rejects_bad_input(tmp_path, args, env, message):

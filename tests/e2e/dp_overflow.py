@@ -96,6 +96,7 @@ def main(cfg: DictConfig) -> None:
         results[f"{mode}_weights"] = weights
         results[f"{mode}_skipped"] = np.asarray(skipped)
     results["hccl_exec_timeout"] = os.environ.get("HCCL_EXEC_TIMEOUT", "")  # set by the launcher
+    results["hccl_connect_timeout"] = os.environ.get("HCCL_CONNECT_TIMEOUT", "")
     np.savez(os.path.join(rt.run_dir, RESULT_FILE.format(rank=rt.rank)), **results)
 
 

@@ -340,6 +340,7 @@ def test_a_step_that_goes_wrong_on_one_rank_is_skipped_on_every_rank(tmp_path):
         np.testing.assert_array_equal(w0, w1, err_msg=mode)
         assert not np.allclose(w0, [1.0, -2.0]), mode  # the good steps did train
     assert [str(r["hccl_exec_timeout"]) for r in ranks] == ["1234", "1234"]  # reached every rank
+    assert [str(r["hccl_connect_timeout"]) for r in ranks] == ["1800", "1800"]  # the default
 
 
 @pytest.mark.slow

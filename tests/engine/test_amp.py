@@ -44,3 +44,59 @@ def test_o2_keeps_every_sync_batchnorm_in_float32():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "syncbn fp32 104 of 104 conv fp16 113 of 113" in out.stdout, out.stdout
+
+
+O1_CASTS = """
+import numpy as np, mindspore as ms
+from mindspore import nn
+from engine.amp import mixed_precision
+
+class Conv(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def construct(self, x):
+        return self.conv(x)
+
+x = ms.Tensor(np.random.default_rng(0).uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32))
+
+
+def in_float16(values):  # every value exactly a float16: computed in float16
+    return bool((values == values.astype(np.float16).astype(np.float32)).all())
+
+
+print("O0", in_float16(Conv()(x).asnumpy()))
+for level in ("O1", "O2", "O3"):
+    net = Conv()
+    weight = net.conv.weight
+    amp = mixed_precision(net, level)
+    same = [p is weight for p in amp.get_parameters()] == [True]
+    out = amp(x)
+    print(level, amp is net, same, out.dtype, in_float16(out.asnumpy().astype(np.float32)))
+"""
+
+
+def test_every_amp_level_returns_the_network_that_casts(tmp_path):
+    """O1 used to change nothing: MindSpore rewrites the network into a new Cell at O1, and
+    the trainer kept the original. The returned network runs the convolution in float16 at
+    every level (its float32 output holds float16 values; a float32 convolution's do not)
+    and hands a float32 output back (O2/O3: a cast that only the returned network has); it
+    trains the same Parameter objects."""
+    script = tmp_path / "o1_casts.py"  # a file: MindSpore's rewrite reads the Cell's source
+    script.write_text(O1_CASTS)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,  # the rewrite writes ./rewritten_network/
+        env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines()[-4:])
+    assert lines["O0"] == "False"  # float32 convolution: values float16 cannot hold
+    # A new network each time (O1: rewritten; O2/O3: wrapped in the output cast), the same
+    # parameters, float16 arithmetic, a float32 result.
+    for level in ("O1", "O2", "O3"):
+        assert lines[level] == "False True Float32 True", (level, lines[level])

@@ -84,9 +84,54 @@ def test_float_status_register_where_mindspore_reads_it():
     assert device.float_status_register(False, False, "SATURATION_MODE") is False
 
 
-def test_precision_mode_default_keeps_fp32_and_bad_values_are_named():
-    assert device.DEFAULT_PRECISION_MODE == "must_keep_origin_dtype"
-    assert device.check_precision_mode("force_fp16") == "force_fp16"
+# The chips msdet meets, as MindSpore answers its SoC capability queries for them
+# (mindspore/amp.py: "amp_loss_scale_train_classic_target" is the Atlas training series,
+# "train_hq_dtype_line" A2 and later).
+CHIPS = {
+    "ascend910": (True, False),  # 910A: classic overflow, no float32 cube
+    "ascend910b": (False, True),  # 910B (A2)
+    "ascend910_93": (False, True),  # later training chips answer as A2
+    "ascend310p": (False, False),  # an inference chip: neither
+}
+
+
+def test_chip_profiles_decide_precision_overflow_and_nms_per_chip():
+    profiles = {soc: device.chip_profile(soc, *answers, None) for soc, answers in CHIPS.items()}
+    a, b, b93, infer = (profiles[s] for s in CHIPS)
+    # 910A: no float32 cube -> matrix operators in fp16, vector ones kept; register; host NMS
+    assert (a.precision_mode, a.cube_fp32, a.float_status, a.host_nms) == (
+        "allow_fp32_to_fp16",
+        False,
+        True,
+        True,
+    )
+    # 910B and later: keep dtype (AMP decides), overflow in the gradients, NMS on the device
+    for chip in (b, b93):
+        assert (chip.precision_mode, chip.cube_fp32, chip.float_status, chip.host_nms) == (
+            "must_keep_origin_dtype",
+            True,
+            False,
+            False,
+        )
+    # Neither answer: MindSpore's own precision default, the NMS that is right everywhere
+    assert infer.precision_mode is None and infer.host_nms and not infer.float_status
+    # A2 in saturation mode reads the register too
+    assert device.chip_profile("ascend910b", False, True, "SATURATION_MODE").float_status
+    assert "ascend910: cube float32 no, precision mode allow_fp32_to_fp16" in a.describe()
+
+
+def test_precision_mode_auto_follows_the_chip_and_explicit_values_are_kept(caplog):
+    a = device.chip_profile("ascend910", True, False, None)
+    b = device.chip_profile("ascend910b", False, True, None)
+    assert device.DEFAULT_PRECISION_MODE == "auto"
+    assert device.resolve_precision_mode("auto", a) == "allow_fp32_to_fp16"
+    assert device.resolve_precision_mode(None, b) == "must_keep_origin_dtype"
+    assert device.resolve_precision_mode("force_fp16", b) == "force_fp16"
+    with caplog.at_level("WARNING", logger="engine.device"):
+        assert (
+            device.resolve_precision_mode("must_keep_origin_dtype", a) == "must_keep_origin_dtype"
+        )
+    assert "cube unit has no float32" in caplog.text
     with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
         device.check_precision_mode("fp16_please")
 

@@ -271,3 +271,27 @@ def test_matches_yolox_postprocess(source, class_agnostic, yolox_outputs):
         assert suppressed > 100, "NMS must have had something to suppress"
     else:
         assert counts.min() > 100
+
+
+@pytest.mark.parametrize("class_agnostic", [False, True])
+def test_host_nms_equals_the_device_nms_at_80_classes_and_the_full_candidate_cap(class_agnostic):
+    """The Atlas training series runs NMS on the host (its NMSWithMask is float16 only):
+    the same detections as NMSWithMask in float32, with 80 classes and all 2,864 candidates
+    ``eval.pre_nms_topk`` allows, boxes up to 832 px (class offsets up to 80 x 833 px)."""
+    from ops.nms import HostNMS
+
+    rng = np.random.default_rng(3)
+    preds = random_predictions(rng, 2, 3500, 80, size=832.0)
+    settings = dict(
+        conf_thresh=0.0,
+        iou_thresh=0.65,
+        pre_nms_topk=ASCEND_MAX_NMS_BOXES,
+        max_det=300,
+        class_agnostic=class_agnostic,
+    )
+    device_dets, device_counts = run(BatchedNMS(80, **settings), preds)
+    host_dets, host_counts = HostNMS(80, **settings)(ms.Tensor(preds))
+    assert host_dets.dtype == np.float32 and host_counts.dtype == np.int32
+    assert device_counts.min() >= 100  # plenty kept: the comparison is not of empty sets
+    np.testing.assert_array_equal(host_counts, device_counts)
+    np.testing.assert_array_equal(host_dets, device_dets)
