@@ -291,6 +291,13 @@ def apply_precision_mode(ms: Any, mode: str | None) -> None:
         ms.device_context.ascend.op_precision.precision_mode(mode)
 
 
+def precision_mode_in_effect() -> str:
+    """The Ascend operator precision mode MindSpore will hand CANN (for reports)."""
+    from mindspore._c_expression import AscendOpPrecisionConf
+
+    return AscendOpPrecisionConf.get_instance().precision_mode()
+
+
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:
     """Whether overflow must be read from the float-status register (as MindSpore's own
     loss-scale cell decides): always on the Atlas training series, on A2 only in

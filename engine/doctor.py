@@ -128,14 +128,22 @@ def check_mindspore(report: Report) -> list[str]:
     return usable
 
 
-def check_ascend(report: Report, ms_version: str | None) -> None:
-    if not ascend_present():
-        report.fact("Ascend", "no NPU device files (/dev/davinci*)")
-        return
+def ascend_versions() -> dict[str, str | None]:
+    """The Ascend driver and CANN toolkit versions installed under ``ASCEND_HOME_PATH``
+    (None where not found)."""
     driver = read_version_file(os.path.join(ASCEND_ROOT, "driver", "version.info"))
     cann = read_version_file(
         os.path.join(ASCEND_ROOT, "ascend-toolkit", "latest", "*", "ascend_toolkit_install.info")
     ) or read_version_file(os.path.join(ASCEND_ROOT, "ascend-toolkit", "latest", "version.cfg"))
+    return {"ascend_driver": driver, "cann": cann}
+
+
+def check_ascend(report: Report, ms_version: str | None) -> None:
+    if not ascend_present():
+        report.fact("Ascend", "no NPU device files (/dev/davinci*)")
+        return
+    versions = ascend_versions()
+    driver, cann = versions["ascend_driver"], versions["cann"]
     report.fact("Ascend driver", driver or "not found")
     report.fact("CANN", cann or "not found")
     if driver is None:

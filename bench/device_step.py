@@ -1,0 +1,95 @@
+"""``bench.device``'s per-rank step benchmark (a Hydra entry point, one process per rank)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from bench.common import cpu_model, peak_rss_mb, synthetic_batch  # noqa: E402
+from bench.device import RESULT_FILE  # noqa: E402
+
+NUM_CLASSES = 80
+
+
+@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from engine.cli import prepare_config
+    from engine.runtime import setup_runtime
+
+    prepare_config(cfg)
+    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+    import mindspore as ms
+
+    from engine.amp import apply_amp
+    from engine.memory import release_free_heap
+    from engine.optim import yolox_lr_schedule
+    from engine.trainer import build_train_step
+    from models.loss import YOLOXLoss
+    from models.yolox import build_model
+
+    steps, warmup = int(cfg.bench.steps), int(cfg.bench.warmup)
+    batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)
+    net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
+    lrs = yolox_lr_schedule(0.01, steps + warmup + 2, 1, 0, 0)
+    step = build_train_step(net, YOLOXLoss(NUM_CLASSES), lrs, cfg.train, rt)
+    arrays = synthetic_batch(batch, h, NUM_CLASSES, int(cfg.data.max_objects), 5, seed=rt.rank)
+    images, targets, mask = (ms.Tensor(a) for a in arrays)
+    started = time.perf_counter()
+    if rt.mode == "graph":
+        step.compile(images, targets, mask)
+        release_free_heap()
+    compile_s = time.perf_counter() - started
+    times = []
+    for i in range(warmup + steps):
+        started = time.perf_counter()
+        step(images, targets, mask)[0].asnumpy()
+        if i >= warmup:
+            times.append(time.perf_counter() - started)
+    step_s = statistics.median(times)
+    if not rt.is_main:
+        return
+    device_peak = ms.runtime.max_memory_allocated() if rt.device != "CPU" else 0
+    result = {
+        "model": str(cfg.model.name),
+        "batch/card": batch,
+        "img": f"{h}x{w}",
+        "ms/step": round(1000 * step_s, 1),
+        "img/s": round(batch * rt.world_size / step_s, 1),
+        "compile s": round(compile_s, 1),
+        "peak mem GiB": round((device_peak or peak_rss_mb() * 2**20) / 2**30, 2),
+        "peak_mem_kind": "device memory pool" if device_peak else "host resident (RSS)",
+        "amp": rt.amp_level,
+        "machine": {
+            "device": rt.device,
+            "chip": rt.chip,
+            "ranks": rt.world_size,
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "mindspore": ms.__version__,
+            "python": platform.python_version(),
+            "cpu_kernels": list(rt.kernel_names),
+        },
+        "steps": steps,
+        "step_s_all": [round(t, 4) for t in times],
+        "max_rel_spread": round((max(times) - min(times)) / step_s, 3),
+        "last_loss": float(np.asarray(step(images, targets, mask)[0].asnumpy())),
+    }
+    with open(os.path.join(rt.run_dir, RESULT_FILE), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

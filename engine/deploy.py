@@ -1,0 +1,185 @@
+"""Turn export.py's file into what Ascend deploys: an offline model (ATC) or a MindSpore Lite model.
+
+    python export.py ckpt=best.ckpt export.format=ONNX hydra.run.dir=runs/export
+    python -m engine.deploy runs/export --soc Ascend910B1            # ATC and converter_lite
+    python -m engine.deploy runs/export --soc Ascend310P3 --target om --dry-run
+
+Reads ``export.json`` in the export folder (written by export.py: the file, its format and
+input shape) and runs, where the tool is on PATH:
+
+- **ATC** (CANN's Ascend Tensor Compiler) -> ``<stem>.om``, from the **ONNX** export only:
+  ATC takes ONNX (``--framework=5``, opsets 11-15) or AIR, and MindSpore 2.10 deprecates AIR
+  (``mindspore.export`` warns that it will be removed). ``--soc`` is the chip's SoC version as
+  ``npu-smi info`` names it (Ascend910B1, Ascend310P3, ...).
+- **converter_lite** (MindSpore Lite) -> ``<stem>_lite.mindir``, from MINDIR (``--fmk=MINDIR``)
+  or ONNX (``--fmk=ONNX``), ``--optimize=ascend_oriented`` for Ascend (``general`` for CPU).
+
+Shapes are static (export.py traces one input shape), so neither tool needs an input shape.
+A missing tool is said in one line with how to get it, and the command is printed for later;
+``--dry-run`` only prints. Exit codes: 0 done (or dry run), 2 bad export, 3 a tool is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TARGETS = ("om", "lite", "both")
+TOOL_HINTS = {
+    "atc": "install the CANN toolkit and `source <CANN>/set_env.sh` (ATC ships with CANN)",
+    "converter_lite": (
+        "download MindSpore Lite (mindspore.cn/lite) and add tools/converter/converter to "
+        "PATH and tools/converter/lib to LD_LIBRARY_PATH"
+    ),
+}
+
+
+class DeployError(ValueError):
+    """The export folder cannot be turned into a deployable model."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One conversion: the tool, its arguments, what it writes."""
+
+    tool: str
+    args: tuple[str, ...]
+    output: str
+
+    def line(self) -> str:
+        return " ".join((self.tool, *self.args))
+
+
+def read_export(folder: str) -> dict:
+    """``<folder>/export.json``, checked: the file exists, the format is known and the input
+    is one static NCHW shape with 3 channels and sides that are multiples of 32."""
+    path = os.path.join(folder, "export.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            export = json.load(f)
+    except OSError as err:
+        raise DeployError(
+            f"{path}: no export record ({err.strerror}); run export.py first"
+        ) from err
+    except json.JSONDecodeError as err:
+        raise DeployError(f"{path} is not valid JSON: {err}") from err
+    for key in ("file", "format", "input_shape"):
+        if key not in export:
+            raise DeployError(f"{path}: field {key!r} is missing")
+    if export["format"] not in ("ONNX", "MINDIR"):
+        raise DeployError(f"{path}: format {export['format']!r} is neither ONNX nor MINDIR")
+    shape = export["input_shape"]
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 4
+        and all(isinstance(v, int) and v > 0 for v in shape)
+    ):
+        raise DeployError(
+            f"{path}: input_shape {shape!r} is not a static [batch, 3, height, width]"
+        )
+    if shape[1] != 3 or shape[2] % 32 or shape[3] % 32:
+        raise DeployError(
+            f"{path}: input_shape {shape} needs 3 channels and sides that are multiples of 32"
+        )
+    model = (
+        export["file"]
+        if os.path.isabs(export["file"])
+        else os.path.join(folder, os.path.basename(export["file"]))
+    )
+    if not os.path.isfile(model):
+        raise DeployError(f"{path}: the exported file {model} does not exist")
+    return {**export, "file": model}
+
+
+def atc_command(export: dict, soc: str) -> Command:
+    """ATC from the ONNX export to an offline model for ``soc``."""
+    if export["format"] != "ONNX":
+        raise DeployError(
+            "ATC needs the ONNX export (AIR is deprecated in MindSpore 2.10): "
+            "python export.py ckpt=... export.format=ONNX"
+        )
+    if not soc:
+        raise DeployError("ATC needs the chip: --soc (npu-smi info names it, e.g. Ascend910B1)")
+    stem = os.path.splitext(export["file"])[0]
+    args = (
+        f"--model={export['file']}",
+        "--framework=5",
+        f"--output={stem}",
+        "--input_format=NCHW",
+        f"--soc_version={soc}",
+        "--log=error",
+    )
+    return Command("atc", args, stem + ".om")
+
+
+def lite_command(export: dict, device: str = "ascend") -> Command:
+    """converter_lite from the MINDIR or ONNX export to a MindSpore Lite model."""
+    stem = os.path.splitext(export["file"])[0] + "_lite"
+    optimize = "ascend_oriented" if device == "ascend" else "general"
+    args = (
+        f"--fmk={export['format']}",
+        f"--modelFile={export['file']}",
+        f"--outputFile={stem}",
+        f"--optimize={optimize}",
+    )
+    return Command("converter_lite", args, stem + ".mindir")
+
+
+def plan(export: dict, target: str, soc: str | None) -> list[Command]:
+    """The conversions for ``target`` (om, lite or both)."""
+    if target not in TARGETS:
+        raise DeployError(f"--target must be one of {TARGETS}, got {target!r}")
+    commands = []
+    if target in ("om", "both"):
+        commands.append(atc_command(export, soc or ""))
+    if target in ("lite", "both"):
+        commands.append(lite_command(export))
+    return commands
+
+
+def run(commands: Sequence[Command], dry_run: bool = False) -> int:
+    """Run each command whose tool is on PATH; returns the exit code (see the module doc)."""
+    missing = 0
+    for cmd in commands:
+        print(f"$ {cmd.line()}")
+        if dry_run:
+            continue
+        if shutil.which(cmd.tool) is None:
+            print(f"{cmd.tool} is not on PATH: not converted ({TOOL_HINTS[cmd.tool]})")
+            missing += 1
+            continue
+        done = subprocess.run([cmd.tool, *cmd.args], capture_output=True, text=True)
+        if done.returncode != 0 or not os.path.isfile(cmd.output):
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            raise DeployError(f"{cmd.tool} failed (exit {done.returncode}): " + " | ".join(tail))
+        print(f"wrote {cmd.output}")
+    return 3 if missing else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="export.py's run folder (holds export.json)")
+    parser.add_argument("--target", default="both", choices=TARGETS)
+    parser.add_argument("--soc", help="ATC's --soc_version, e.g. Ascend910B1 (npu-smi info)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    try:
+        export = read_export(args.folder)
+        target = args.target
+        if target == "both" and export["format"] != "ONNX":
+            print("export is MINDIR: converter_lite only (ATC needs export.format=ONNX)")
+            target = "lite"
+        return run(plan(export, target, args.soc), args.dry_run)
+    except DeployError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
