@@ -1,7 +1,9 @@
-"""Evaluate a checkpoint with COCO mAP: ``python eval.py ckpt=PATH [model=...] [data=...]``.
+"""Evaluate a checkpoint with COCO mAP: ``python eval.py ckpt=PATH [data=...]``.
 
-Uses the checkpoint's EMA weights when it has them, letterboxed val images at
-``eval.img_size``, and writes detections.json and metrics.json into the run folder.
+The network, its class count and input size come from the checkpoint's description (a
+checkpoint written before msdet described them also needs ``model=...``). Uses the EMA
+weights when present, letterboxed val images of the data config at ``eval.img_size``, and
+writes detections.json and metrics.json into the run folder.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from engine.cli import prepare_config, user_errors
+from engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("eval")
@@ -29,13 +31,18 @@ def main(cfg: DictConfig) -> None:
         from data.build import build_sources
         from data.pipeline import build_eval_dataset
         from engine.evaluator import evaluate_on_dataset
-        from models.inference import InferenceNet, build_nms, load_detector
+        from models.inference import InferenceNet, build_nms, load_described_detector
 
+        typed = typed_overrides()
         _, val = build_sources(cfg.data)
-        detector, used_ema = load_detector(cfg.model, cfg.ckpt, val.num_classes)
+        detector, used_ema, description = load_described_detector(
+            cfg.ckpt, cfg.model, typed, val.num_classes
+        )
+        apply_described_size(cfg, description, typed)
         log.info(
-            "%s: %s weights, %d classes; %d val images at %s",
+            "%s: %s%s weights, %d classes; %d val images at %s",
             cfg.ckpt,
+            description.model["name"] + " " if description else "",
             "EMA" if used_ema else "raw",
             detector.num_classes,
             len(val),

@@ -1,8 +1,10 @@
 """Export a trained detector to MINDIR (or ONNX), with or without in-graph NMS.
 
-    python export.py ckpt=PATH [model=yolox_s] [export.format=MINDIR|ONNX]
-                     [export.with_nms=true|false] [export.batch_size=1] [eval.img_size=[416,416]]
+    python export.py ckpt=PATH [export.format=MINDIR|ONNX] [export.with_nms=true|false]
+                     [export.batch_size=1] [eval.img_size=[416,416]]
 
+The network and its input size come from the checkpoint's description (a checkpoint
+written before msdet described them also needs ``model=...`` and ``eval.img_size``).
 The file lands in the run folder with ``export.json`` (input/output shapes, NMS settings,
 the verified max difference between the file's outputs and the network's).
 """
@@ -17,7 +19,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from engine.cli import prepare_config, user_errors
+from engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("export")
@@ -39,12 +41,15 @@ def main(cfg: DictConfig) -> None:
             build_nms,
             check_export_format,
             export_and_verify,
-            load_detector,
+            load_described_detector,
             sample_images,
         )
 
         fmt = check_export_format(cfg.export.format)
-        detector, used_ema = load_detector(cfg.model, cfg.ckpt)
+        typed = typed_overrides()
+        detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
+        apply_described_size(cfg, description, typed)
+        model_name = description.model["name"] if description else str(cfg.model.name)
         with_nms = bool(cfg.export.with_nms)
         net = InferenceNet(
             detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None
@@ -52,7 +57,7 @@ def main(cfg: DictConfig) -> None:
         h, w = (int(v) for v in cfg.eval.img_size)
         batch = int(cfg.export.batch_size)
         stem = os.path.join(
-            run_dir, f"{cfg.model.name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
+            run_dir, f"{model_name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
         )
         try:
             report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
@@ -65,7 +70,8 @@ def main(cfg: DictConfig) -> None:
         report.update(
             checkpoint=os.path.abspath(cfg.ckpt),
             ema_weights=used_ema,
-            model=cfg.model.name,
+            model=model_name,
+            class_names=description.class_names if description else None,
             num_classes=detector.num_classes,
             with_nms=with_nms,
             nms=OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None,

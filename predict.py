@@ -2,8 +2,9 @@
 
 Writes annotated images and ``predictions.json`` (per image: ``bbox`` [x, y, w, h] in
 original pixels, ``score``, ``category_id``, ``category_name``) into the run folder.
-Class names come from the dataset config (``data=...``) when its class count matches the
-checkpoint, else classes are numbered. Unreadable images are reported and skipped.
+The network and its class names come from the checkpoint (a checkpoint written before
+msdet described them also needs ``model=...``, and ``data=...`` for its class names).
+Unreadable images are reported and skipped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from engine.cli import prepare_config, user_errors
+from engine.cli import prepare_config, typed_overrides, user_errors
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("predict")
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> None:
         # These import MindSpore, which must load after setup_runtime prepared the environment.
         from engine.predictor import Predictor
 
-        predictor = Predictor(cfg, host_nms=rt.host_nms)
+        predictor = Predictor(cfg, host_nms=rt.host_nms, typed=typed_overrides())
         results, skipped = {}, []
         for path in list_images(str(cfg.source)):
             records = predictor.predict_file(path, rt.run_dir)

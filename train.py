@@ -14,7 +14,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from engine.cli import prepare_config, user_errors
-from engine.compiler import graph_key
 from engine.runtime import setup_runtime
 
 log = logging.getLogger("train")
@@ -24,9 +23,7 @@ log = logging.getLogger("train")
 def main(cfg: DictConfig) -> None:
     with user_errors():
         prepare_config(cfg)
-        rt = setup_runtime(
-            cfg.runtime, HydraConfig.get().runtime.output_dir, graph_key=graph_key(cfg)
-        )
+        rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
         # Imports MindSpore: only after setup_runtime prepared the process environment.
         from engine.trainer import TrainingFailedError, run_training
 

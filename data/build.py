@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from data.coco import CocoSource
-from data.synthetic import MIN_OBJECT_SIZE, ensure_shapes_dataset, shapes_root
+from data.synthetic import MIN_OBJECT_SIZE, categories_for, ensure_shapes_dataset, shapes_root
 
 
 def dataset_root(data_cfg: Any) -> str:
@@ -60,3 +61,20 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             f"{train.category_ids}, {val.ann_file} has {val.category_ids}"
         )
     return train, val
+
+
+def dataset_classes(data_cfg: Any) -> tuple[list[str], list[int]]:
+    """Class names and category ids (in training order: sorted ids) of ``data_cfg``'s
+    dataset, without building or generating it: the built-in set's from its config, a COCO
+    folder's from the categories of its val annotation file."""
+    if data_cfg.name == "shapes":
+        categories = list(categories_for(tuple(data_cfg.get("classes") or ()) or None))
+    else:
+        path = os.path.join(str(data_cfg.root or ""), str(data_cfg.val.ann_file))
+        try:
+            with open(path, encoding="utf-8") as f:
+                categories = json.load(f)["categories"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"no categories in {path} ({err})") from err
+    ordered = sorted(categories, key=lambda c: int(c["id"]))
+    return [str(c["name"]) for c in ordered], [int(c["id"]) for c in ordered]

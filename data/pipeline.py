@@ -290,7 +290,9 @@ class EvalSamples:
     """Letterboxed evaluation images for one rank, padded with blanks to whole batches.
 
     Item ``j`` is ``(image float32 [3, H, W], index int32, scale float32)``: the source
-    position (-1 for padding and for unreadable images) and the letterbox ratio.
+    position (-1 for padding; :func:`unreadable_index` of it for an unreadable image, which
+    is evaluated as an image without detections: its ground truth still counts) and the
+    letterbox ratio.
     """
 
     def __init__(self, source: CocoSource, img_size: Sequence[int], positions: Sequence[int]):
@@ -307,12 +309,36 @@ class EvalSamples:
             try:
                 img, _, _ = self.source.load(i)
             except ImageReadError as err:
-                log.warning("%s; it is evaluated as an image without detections", err)
+                log.warning(
+                    "%s; it is evaluated as an image without detections (its ground truth "
+                    "counts as missed)",
+                    err,
+                )
+                blank = np.full((*self.img_size, 3), PAD_VALUE, dtype=np.uint8)
+                return (
+                    _to_chw(blank),
+                    np.array(unreadable_index(i), np.int32),
+                    np.array(1.0, np.float32),
+                )
             else:
                 img, ratio = letterbox(img, self.img_size)
                 return _to_chw(img), np.array(i, np.int32), np.array(ratio, np.float32)
         blank = np.full((*self.img_size, 3), PAD_VALUE, dtype=np.uint8)
         return _to_chw(blank), np.array(-1, np.int32), np.array(1.0, np.float32)
+
+
+def unreadable_index(position: int) -> int:
+    """The index column's value for the unreadable image at ``position``: below -1 (the
+    padding value), so that batches keep static shapes and the evaluator still knows which
+    image it was (:func:`source_position`)."""
+    return -2 - int(position)
+
+
+def source_position(index: np.ndarray) -> np.ndarray:
+    """The source positions of an index column: ``i >= 0`` read images, ``-1`` padding,
+    below that unreadable images (decoded back to their position)."""
+    index = np.asarray(index)
+    return np.where(index <= -2, -2 - index, index)
 
 
 def _to_chw(img: np.ndarray) -> np.ndarray:
@@ -409,7 +435,7 @@ def build_eval_dataset(
     """The evaluation dataset: batches of ``("images", "index", "scale")``.
 
     images float32 [B, 3, H, W] letterboxed (top-left, pad 114), index int32 [B] (source
-    position; -1 for padding and unreadable images), scale float32 [B] (letterbox ratio:
+    position; -1 for padding, :func:`unreadable_index` for unreadable images), scale float32 [B] (letterbox ratio:
     divide predicted boxes by it). With ``world_size > 1`` each rank gets a disjoint share.
     """
     size = check_data_config(data_cfg, img_size)

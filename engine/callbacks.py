@@ -34,9 +34,11 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 from data.pipeline import first_no_aug_epoch
+from engine.checkpoint import META_BAD_EVALS, META_BEST, META_EPOCH
 from engine.memory import release_free_heap
 from engine.run_record import write_results
 from engine.step_stats import LOSS_TERMS, read_and_reset
+from models.checkpoint import CheckpointError
 
 log = logging.getLogger("train")
 
@@ -57,6 +59,7 @@ class TrainState:
     sinks_per_epoch: int = 1
     start_epoch: int = 0
     best_map: float = -1.0
+    bad_evals: int = 0  # evaluations in a row without a new best mAP (early stopping)
     epoch: int = 0
     sums: dict[str, float] = field(default_factory=dict)
     steps: int = 0  # steps run this epoch (images/s counts them all)
@@ -285,7 +288,8 @@ class EvalCallback(EpochCallback):
 
     ``evaluate(epoch) -> metrics`` does the work (``engine.evaluation``; None on ranks
     other than 0, which evaluate their shard only); this decides when and tracks the best.
-    Writes ``metrics``, ``evaluated``, ``is_best`` and ``best_map``.
+    Writes ``metrics``, ``evaluated``, ``is_best``, ``best_map`` and ``bad_evals`` (the
+    evaluations in a row without a new best; checkpoints keep it, so resuming continues it).
     """
 
     phase = EVALUATE
@@ -311,6 +315,7 @@ class EvalCallback(EpochCallback):
         st = self.state
         st.metrics, st.evaluated = metrics, True
         st.is_best = metrics["mAP"] > st.best_map
+        st.bad_evals = 0 if st.is_best else st.bad_evals + 1
         if st.is_best:
             st.best_map = metrics["mAP"]
 
@@ -376,8 +381,10 @@ def _duration(seconds: float) -> str:
 
 
 class CheckpointCallback(EpochCallback):
-    """``last.ckpt`` every epoch, ``best.ckpt`` on a new best mAP, keep-last-k epoch files.
-    Reads ``is_best`` and ``best_map`` (written by :class:`EvalCallback`)."""
+    """``best.ckpt`` on a new best mAP, keep-last-k epoch files, ``last.ckpt`` every epoch,
+    with the run's state (``engine.checkpoint``). Reads ``is_best``, ``best_map`` and
+    ``bad_evals`` (written by :class:`EvalCallback`). A write that fails (a full disk) stops
+    the run with the error; the checkpoints written before it are intact."""
 
     phase = RECORD
 
@@ -388,10 +395,19 @@ class CheckpointCallback(EpochCallback):
         self.meta = meta
 
     def end_epoch(self, epoch, run_context):
-        if self.state.failure:
+        st = self.state
+        if st.failure:
             return  # keep the last good checkpoint
-        meta = dict(self.meta, msdet_epoch=epoch, msdet_best_map=float(self.state.best_map))
-        self.manager.save_epoch(self.train_cell, meta, epoch, self.state.is_best)
+        meta = dict(
+            self.meta,
+            **{META_EPOCH: epoch, META_BEST: float(st.best_map), META_BAD_EVALS: st.bad_evals},
+        )
+        try:
+            self.manager.save_epoch(self.train_cell, meta, epoch, st.is_best)
+        except CheckpointError as err:
+            st.failure = str(err)
+            log.error("%s", err)
+            run_context.request_stop()
 
 
 class ResultsCallback(EpochCallback):
@@ -451,24 +467,22 @@ class TensorBoardCallback(EpochCallback):
 
 class EarlyStopping(EpochCallback):
     """Stops when val mAP has not improved for ``patience`` evaluated epochs (0 = off).
-    Reads ``evaluated`` and ``is_best``."""
+    Reads ``evaluated`` and ``bad_evals`` (counted by :class:`EvalCallback`)."""
 
     phase = DECIDE
 
     def __init__(self, state: TrainState, patience: int):
         super().__init__(state)
         self.patience = int(patience)
-        self.bad_evals = 0
 
     def end_epoch(self, epoch, run_context):
         if self.patience <= 0 or not self.state.evaluated:
             return
-        self.bad_evals = 0 if self.state.is_best else self.bad_evals + 1
-        if self.bad_evals >= self.patience:
+        if self.state.bad_evals >= self.patience:
             log.info(
                 "early stopping at epoch %d: no mAP improvement in %d evaluations",
                 epoch,
-                self.bad_evals,
+                self.state.bad_evals,
             )
             run_context.request_stop()
 

@@ -1,21 +1,30 @@
-"""Training checkpoints: atomic writes, keep-last-k, best/last, and resume.
+"""Training checkpoints: atomic writes in a safe order, keep-last-k, best/last, and resume.
 
-A training checkpoint is ``mindspore.save_checkpoint`` of the whole training step Cell:
-the network's weights under their own names, the EMA weights (``ema.<name>``), the
-optimizer state (momentum buffers, ``global_step``, which positions the LR schedule), the
-loss-scale state and the L1 switch, plus metadata (``msdet_epoch`` = completed epochs,
-``msdet_best_map``, model name and class count). eval.py/predict.py read the same file
-through :func:`models.checkpoint.load_weights` (EMA weights preferred).
+A training checkpoint is ``mindspore.save_checkpoint`` of the whole training step Cell: the
+network's weights under their own names, the EMA weights (``ema.<name>``), the optimizer
+state (momentum buffers; ``global_step``, the position in the LR schedule), the loss-scale
+state and the L1 switch, plus the run's state (:data:`META_EPOCH` completed epochs,
+:data:`META_BEST` best mAP, :data:`META_BAD_EVALS` the early-stopping counter, the freeze
+level) and the checkpoint's description (``models.description``: architecture, classes,
+input size, config, versions). The LR schedule itself is not saved: it is computed from the
+config, and the checkpoint holds the position in it (see :func:`restore_training_state`).
+eval.py/predict.py/export.py read the same file (EMA weights preferred).
+
+Writes survive a kill and a full disk: every file is written under a temporary name and
+renamed; ``best.ckpt`` and the epoch file are written before ``last.ckpt``, so ``last.ckpt``
+never names a best mAP whose ``best.ckpt`` is missing; a failed write removes its partial
+file, raises :class:`CheckpointError` and leaves the earlier files as they were.
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn
 
 from engine.step_stats import NOT_SAVED
@@ -25,33 +34,57 @@ log = logging.getLogger(__name__)
 
 META_EPOCH = "msdet_epoch"
 META_BEST = "msdet_best_map"
-META_MODEL = "msdet_model"
-META_CLASSES = "msdet_num_classes"
+META_BAD_EVALS = "msdet_bad_evals"
 LAST = "last.ckpt"
 BEST = "best.ckpt"
+PARTIAL = ".partial.ckpt"
+EPOCH_FILE = re.compile(r"^epoch_(\d+)\.ckpt$")
+# Derived from the config, never restored: the per-step LR list becomes a Parameter of
+# length total_steps (nn/optim/optimizer.py), whose shape changes with the epoch count.
+SCHEDULE_PARAMS = ("learning_rate",)
+GLOBAL_STEP = "global_step"
 
 
 @dataclass
 class ResumeState:
-    """Where a resumed run continues: completed epochs and the best mAP so far."""
+    """Where a resumed run continues: completed epochs, the best mAP and the early-stopping
+    counter so far, and the optimizer step the checkpoint had reached."""
 
     path: str
     epoch: int
     best_map: float
+    bad_evals: int = 0
+    global_step: int = 0
+
+
+def not_saved(name: str) -> bool:
+    """What a training checkpoint leaves out: per-sink counters and the LR schedule."""
+    return name in NOT_SAVED or name in SCHEDULE_PARAMS
 
 
 def save_atomic(cell: nn.Cell, path: str, meta: dict) -> None:
     """Write a checkpoint so that ``path`` is either the old file or the complete new one.
 
     MindSpore appends ``.ckpt`` to names without it, so the temporary file keeps it too.
+    A failed write (a full disk, a read-only folder) raises :class:`CheckpointError` and
+    leaves no partial file.
     """
-    tmp = path[: -len(".ckpt")] + ".partial.ckpt"
-    ms.save_checkpoint(cell, tmp, append_dict=meta, choice_func=lambda name: name not in NOT_SAVED)
-    os.replace(tmp, path)
+    tmp = path[: -len(".ckpt")] + PARTIAL
+    try:
+        ms.save_checkpoint(cell, tmp, append_dict=meta, choice_func=lambda n: not not_saved(n))
+        os.replace(tmp, path)
+    except (OSError, RuntimeError, ValueError) as err:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise CheckpointError(
+            f"could not write {path} ({type(err).__name__}: {err}); the checkpoints written "
+            "before it are intact"
+        ) from err
 
 
 class CheckpointManager:
-    """``last.ckpt`` every epoch, ``epoch_N.ckpt`` keeping the last ``keep_last``, ``best.ckpt``."""
+    """``best.ckpt`` on a new best mAP, ``epoch_N.ckpt`` keeping the last ``keep_last``,
+    ``last.ckpt`` every epoch, in that order."""
 
     def __init__(self, directory: str, keep_last: int = 3):
         self.directory = directory
@@ -63,63 +96,111 @@ class CheckpointManager:
 
     def save_epoch(self, cell: nn.Cell, meta: dict, epoch: int, is_best: bool) -> list[str]:
         """Save the state after ``epoch`` (1-based); returns the files written."""
-        written = [self.path(LAST)]
-        save_atomic(cell, self.path(LAST), meta)
+        written = []
+        if is_best:
+            written.append(self.path(BEST))
+            save_atomic(cell, self.path(BEST), meta)
         if self.keep_last:
             numbered = self.path(f"epoch_{epoch:04d}.ckpt")
             save_atomic(cell, numbered, meta)
             written.append(numbered)
-            for old in self.epoch_files()[: -self.keep_last]:
+        save_atomic(cell, self.path(LAST), meta)  # the commit point: written last
+        written.append(self.path(LAST))
+        if self.keep_last:
+            for old in epoch_files(self.directory)[: -self.keep_last]:
                 os.remove(old)
-        if is_best:
-            save_atomic(cell, self.path(BEST), meta)
-            written.append(self.path(BEST))
         return written
 
-    def epoch_files(self) -> list[str]:
-        return sorted(glob.glob(self.path("epoch_*.ckpt")))
+
+def epoch_files(directory: str) -> list[str]:
+    """``epoch_N.ckpt`` files in ``directory``, oldest epoch first (no partial files)."""
+    found = [
+        (int(m.group(1)), os.path.join(directory, name))
+        for name in os.listdir(directory) if (m := EPOCH_FILE.match(name))
+    ] if os.path.isdir(directory) else []  # fmt: skip
+    return [path for _, path in sorted(found)]
 
 
-def find_resume_checkpoint(resume: str, run_dir: str, outputs_root: str = "outputs") -> str:
-    """The checkpoint ``train.resume`` points at.
-
-    ``auto``: this run folder's ``checkpoints/last.ckpt`` when it exists (rerun with the
-    same ``hydra.run.dir``), else the most recently written ``checkpoints/last.ckpt``
-    under ``outputs_root``. Anything else is a path.
-    """
+def find_resume_checkpoint(resume: str, run_dir: str) -> str:
+    """The checkpoint ``train.resume`` points at: ``auto`` is this run folder's
+    ``checkpoints/last.ckpt`` (rerun with the same ``hydra.run.dir``), anything else a path."""
     if resume != "auto":
         if not os.path.isfile(resume):
             raise CheckpointError(f"train.resume: checkpoint not found: {resume}")
         return resume
     own = os.path.join(run_dir, "checkpoints", LAST)
-    if os.path.isfile(own):
-        return own
-    found = glob.glob(os.path.join(outputs_root, "**", "checkpoints", LAST), recursive=True)
-    if not found:
+    if not os.path.isfile(own):
         raise CheckpointError(
-            f"train.resume=auto: no checkpoints/{LAST} in {run_dir} or under {outputs_root}/"
+            f"train.resume=auto: no checkpoints/{LAST} in {run_dir}: resume=auto continues "
+            "the run of this folder (hydra.run.dir=...); to continue another run, give "
+            "train.resume=PATH/TO/last.ckpt"
         )
-    return max(found, key=os.path.getmtime)
+    return own
 
 
-def restore_training_state(train_cell: nn.Cell, path: str) -> ResumeState:
-    """Load every parameter of the training step (weights, EMA, optimizer, loss scale).
+def read_resume_checkpoint(path: str) -> dict:
+    """The checkpoint's contents; a truncated or corrupt file is an error that names the
+    newest intact epoch checkpoint beside it to resume from instead."""
+    try:
+        return read_checkpoint(path)
+    except CheckpointError as err:
+        folder = os.path.dirname(os.path.abspath(path))
+        for candidate in reversed(epoch_files(folder)):
+            try:
+                read_checkpoint(candidate)
+            except CheckpointError:
+                continue
+            raise CheckpointError(
+                f"{err}; the newest intact checkpoint beside it is {candidate}: resume with "
+                f"train.resume={candidate}"
+            ) from err
+        raise CheckpointError(f"{err}; no intact epoch checkpoint beside it") from err
 
-    Fails, naming the parameter, when the checkpoint does not fit the training set-up.
+
+def restore_training_state(train_cell: nn.Cell, path: str, steps_per_epoch: int) -> ResumeState:
+    """Load every parameter of the training step (weights, EMA, optimizer, loss scale) but
+    the LR schedule, and put the optimizer at the start of the next epoch of this run's
+    schedule.
+
+    Resuming with the same config is exact. With another ``train.epochs`` the schedule is
+    the new config's (YOLOX recomputes its cosine over the new total), continued from the
+    epoch reached; with another batch size or card count (another number of steps per
+    epoch) the position is the completed epochs times this run's steps per epoch. Fails,
+    naming the parameter, when the checkpoint does not fit the training set-up.
     """
-    params = read_checkpoint(path)
+    params = read_resume_checkpoint(path)
     if META_EPOCH not in params:
         raise CheckpointError(
             f"{path} has no training state ({META_EPOCH}); to start from its weights use "
             "train.pretrained=PATH instead of train.resume"
         )
-    for param in train_cell.get_parameters():  # per-sink counters are not training state
-        if param.name in NOT_SAVED:
+    for name in SCHEDULE_PARAMS:  # a checkpoint written before the schedule was left out
+        params.pop(name, None)
+    for param in train_cell.get_parameters():  # not training state: keep the cell's own
+        if not_saved(param.name):
             params.setdefault(param.name, param)
     check_compatible(train_cell, params, path)
+    epoch = int(params[META_EPOCH].asnumpy())
+    saved_step = int(params[GLOBAL_STEP].asnumpy().ravel()[0]) if GLOBAL_STEP in params else 0
     ms.load_param_into_net(train_cell, params, strict_load=True)
+    step = epoch * int(steps_per_epoch)
+    if step != saved_step:
+        log.warning(
+            "resume: %s reached step %d after %d epochs; this run has %d steps per epoch "
+            "(another batch size or card count), so it continues at step %d",
+            path,
+            saved_step,
+            epoch,
+            steps_per_epoch,
+            step,
+        )
+    for param in train_cell.get_parameters():
+        if param.name == GLOBAL_STEP:
+            param.set_data(ms.Tensor(np.full(param.shape, step), param.dtype))
     return ResumeState(
         path=path,
-        epoch=int(params[META_EPOCH].asnumpy()),
+        epoch=epoch,
         best_map=float(params[META_BEST].asnumpy()) if META_BEST in params else -1.0,
+        bad_evals=int(params[META_BAD_EVALS].asnumpy()) if META_BAD_EVALS in params else 0,
+        global_step=step,
     )

@@ -38,6 +38,32 @@ def prepare_config(cfg: Any) -> Any:
     return cfg
 
 
+def typed_overrides() -> dict[str, str]:
+    """The command line's overrides as typed (``key -> value``, Hydra's ``+``/``~`` prefixes
+    dropped); {} outside a Hydra run. The composed config cannot say whether
+    ``model=yolox_nano`` was the default or the user's choice; this can."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        task = list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):
+        return {}
+    typed = {}
+    for item in task:
+        key, sep, value = item.partition("=")
+        if sep:
+            typed[key.lstrip("+~")] = value
+    return typed
+
+
+def apply_described_size(cfg: Any, description: Any, typed: dict[str, str]) -> None:
+    """``eval.img_size`` from a checkpoint's description unless the command line set it."""
+    if description is None or not description.input_size or "eval.img_size" in typed:
+        return
+    with open_dict(cfg):
+        cfg.eval.img_size = list(input_size(list(description.input_size), "eval.img_size"))
+
+
 @contextlib.contextmanager
 def user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
     """Run an entry point's body; a bad-input error becomes one ``error:`` line and exit 1.

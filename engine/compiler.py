@@ -31,7 +31,7 @@ GRAPH_NEUTRAL_KEYS = (
     "train.time_limit_min",
     "train.stop_at_epoch",
     "train.tensorboard",
-    "data.root",
+    "data.root",  # the data decide the class count: training_graph_key adds it
     "data.cache_dir",
     "data.num_workers",
     "data.python_multiprocessing",
@@ -137,6 +137,12 @@ def graph_key(cfg: Any) -> str:
         if isinstance(tree.get(group), dict):
             tree[group].pop(key, None)
     return json.dumps(tree, sort_keys=True, default=str)
+
+
+def training_graph_key(cfg: Any, num_classes: int) -> str:
+    """:func:`graph_key` with the class count the data gave: it sets the head's parameter
+    shapes, yet a COCO-format dataset decides it, not a config key."""
+    return json.dumps({"config": graph_key(cfg), "num_classes": int(num_classes)}, sort_keys=True)
 
 
 def compile_cache_folder(

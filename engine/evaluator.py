@@ -372,6 +372,8 @@ def evaluate_on_dataset(
     """
     import mindspore as ms  # the evaluator's numpy parts stay importable without it
 
+    from data.pipeline import source_position
+
     speed = SpeedMeter()
     kept: list[tuple[int, np.ndarray, int, float]] = []
     rows: dict[str, list[np.ndarray]] = {"index": [], "dets": [], "counts": [], "scale": []}
@@ -388,6 +390,9 @@ def evaluate_on_dataset(
             preds.asnumpy()
         with speed.measure("nms"):
             dets, counts = (_host(t) for t in nms(preds))
+        unreadable = index <= -2  # an image without detections: its ground truth counts
+        counts = np.where(unreadable, 0, counts)
+        index = source_position(index)
         real = index >= 0
         if first:  # warm-up: compilation of both graphs happened here
             speed.reset()
@@ -395,7 +400,8 @@ def evaluate_on_dataset(
         speed.add_images(int(real.sum()))
         for key, value in zip(rows, (index, dets, counts, scale)):
             rows[key].append(value)
-        for i, d, c, s in zip(index[real], dets[real], counts[real], scale[real]):
+        drawable = real & ~unreadable
+        for i, d, c, s in zip(index[drawable], dets[drawable], counts[drawable], scale[drawable]):
             if len(kept) < keep_images:
                 kept.append((int(i), d, int(c), float(s)))
     index, dets, counts, scale = (np.concatenate(v) for v in rows.values())

@@ -76,20 +76,14 @@ class Runtime:
         return f"{self.cpu_kernels}:{','.join(self.kernel_names)}"
 
 
-def setup_runtime(
-    cfg: Any,
-    run_dir: str = ".",
-    cpu_kernels: str | None = None,
-    graph_key: str | None = None,
-) -> Runtime:
+def setup_runtime(cfg: Any, run_dir: str = ".", cpu_kernels: str | None = None) -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
     threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
     compile_cache, precision_mode).
     ``cpu_kernels`` overrides ``cfg.cpu_kernels`` (export.py: native operators only).
-    ``graph_key`` (:func:`engine.compiler.graph_key` of the whole config) turns on
-    MindSpore's persistent compile cache when ``cfg.compile_cache`` is true.
+    ``cfg.compile_cache`` is the trainer's to apply: its key needs the data's class count.
     """
     device = dev.resolve_device(cfg.device)
     if cfg.mode not in MODES:
@@ -155,10 +149,6 @@ def setup_runtime(
         cpu_kernels=library,
         kernel_names=kernel_names,
     )
-    if cfg.get("compile_cache", False):
-        if graph_key is None:
-            raise ValueError("runtime.compile_cache is only available to train.py")
-        compiler.enable_compile_cache(graph_key, device, rt.kernel_key, ms.__version__)
     if changed.get(dev.ONEDNN_ISA_VAR):
         log.info(
             "CPU: %s=%s set for fast oneDNN convolutions", dev.ONEDNN_ISA_VAR, dev.ONEDNN_ISA_VALUE

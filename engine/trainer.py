@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import time
 from typing import Any
 
 import numpy as np
 from mindspore import nn
 from mindspore.train import LossMonitor, Model, TimeMonitor
+from omegaconf import OmegaConf
 
 from data.build import build_sources
 from data.pipeline import build_train_dataset, check_data_config
@@ -38,21 +40,20 @@ from engine.callbacks import (
     ordered,
 )
 from engine.checkpoint import (
-    META_CLASSES,
-    META_MODEL,
     CheckpointManager,
     find_resume_checkpoint,
     restore_training_state,
 )
-from engine.compiler import collect_compile_failure
+from engine.compiler import collect_compile_failure, enable_compile_cache, training_graph_key
 from engine.device import float_status_ops
 from engine.evaluation import TrainingEvaluation
 from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
-from engine.run_record import RESULTS_CSV, read_results
+from engine.run_record import RESULTS_CSV, RESULTS_PNG, read_results
 from engine.runtime import Runtime
 from engine.train_step import ModelEMA, TrainStep
 from engine.transfer import META_FREEZE, freeze_level_code, prepare_fine_tuning
+from models.description import DESCRIPTION_KEY, describe
 from models.loss import DetectorWithLoss, YOLOXLoss
 from models.sync_batchnorm import convert_sync_batchnorm
 from models.yolox import build_model
@@ -72,8 +73,11 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     best checkpoint). Only rank 0 writes them.
     """
     tcfg = cfg.train
+    prepare_run_folder(
+        rt.run_dir, bool(tcfg.resume), bool(tcfg.get("overwrite", False)), rt.is_main
+    )
     train_src, val_src = build_sources(cfg.data)
-    num_classes = train_src.num_classes
+    num_classes = check_class_count(cfg.model, train_src)
     log.info(
         "data %s: %d train / %d val images, %d classes: %s",
         cfg.data.name,
@@ -82,6 +86,11 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         num_classes,
         ", ".join(train_src.class_names),
     )
+    if cfg.runtime.get("compile_cache", False):
+        import mindspore as ms
+
+        key = training_graph_key(cfg, num_classes)
+        enable_compile_cache(key, rt.device, rt.kernel_key, ms.__version__)
 
     net = build_model(cfg.model, num_classes)
     if rt.sync_bn:
@@ -126,12 +135,20 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         img_size=check_data_config(cfg.data),
     )
 
-    start_epoch, best_map = 0, -1.0
+    start_epoch, best_map, bad_evals = 0, -1.0, 0
     if tcfg.resume:
-        resume = restore_training_state(train_step, resume_path)
-        start_epoch, best_map = resume.epoch, resume.best_map
+        # The LR schedule is this config's (a changed train.epochs recomputes its cosine, as
+        # YOLOX does); the checkpoint gives the position in it.
+        resume = restore_training_state(train_step, resume_path, steps_per_epoch)
+        start_epoch, best_map, bad_evals = resume.epoch, resume.best_map, resume.bad_evals
         log.info(
-            "resumed from %s after epoch %d (best mAP %.4f)", resume.path, start_epoch, best_map
+            "resumed from %s after epoch %d of %d (best mAP %.4f), at step %d with lr %.4g",
+            resume.path,
+            start_epoch,
+            epochs,
+            best_map,
+            resume.global_step,
+            float(lrs[min(resume.global_step, len(lrs) - 1)]),
         )
         if rt.is_main:
             _carry_history(resume.path, rt.run_dir)
@@ -165,13 +182,22 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         sinks_per_epoch=sinks_per_epoch,
         start_epoch=start_epoch,
         best_map=best_map,
+        bad_evals=bad_evals,
     )
     state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
     # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
     evaluation = TrainingEvaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+    description = describe(
+        cfg.model,
+        num_classes,
+        train_src.class_names,
+        train_src.category_ids,
+        list(cfg.data.img_size),
+        "train",
+        OmegaConf.to_container(cfg, resolve=True),
+    )
     meta = {
-        META_MODEL: str(cfg.model.name),
-        META_CLASSES: int(num_classes),
+        DESCRIPTION_KEY: description.to_json(),
         META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
     }
     callbacks = _build_callbacks(
@@ -225,6 +251,52 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if state.failure:
         raise TrainingFailedError(state.failure)
     return evaluation.final(last_was_best=state.is_best)
+
+
+# What a run writes into its folder (Hydra's .hydra/ and train.log appear before main runs).
+RUN_OUTPUTS = ("checkpoints", RESULTS_CSV, RESULTS_PNG, "tensorboard", "eval", "metrics.json",
+               "detections.json", "coco_summary.txt")  # fmt: skip
+
+
+def prepare_run_folder(run_dir: str, resume: bool, overwrite: bool, is_main: bool) -> None:
+    """Refuse to start a fresh run in a folder that holds another run (its checkpoints or
+    results would mix with this one's), unless ``train.overwrite=true`` removes them; and
+    refuse a folder this process cannot write into, before anything is computed."""
+    try:  # a real write: permission bits do not tell for root or read-only mounts
+        fd, probe = tempfile.mkstemp(prefix=".msdet-write-test-", dir=run_dir)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        raise PermissionError(
+            f"run folder {run_dir} is not writable ({err.strerror}): choose another with "
+            "hydra.run.dir=..."
+        ) from err
+    found = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(run_dir, name))]
+    if not found or resume:
+        return
+    if not overwrite:
+        raise ValueError(
+            f"{run_dir} already holds a run ({', '.join(found)}): continue it with "
+            "train.resume=auto, replace it with train.overwrite=true, or choose a new "
+            "folder with hydra.run.dir=..."
+        )
+    if is_main:
+        log.warning("train.overwrite=true: removing %s from %s", ", ".join(found), run_dir)
+        for name in found:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def check_class_count(model_cfg: Any, source: Any) -> int:
+    """The dataset's class count, or an error naming both when ``model.num_classes`` is set
+    to another one."""
+    wanted = model_cfg.get("num_classes")
+    if wanted is not None and int(wanted) != source.num_classes:
+        raise ValueError(
+            f"model.num_classes={wanted} but the dataset ({source.ann_file}) has "
+            f"{source.num_classes} classes: set model.num_classes=null to take the dataset's"
+        )
+    return source.num_classes
 
 
 def build_train_step(

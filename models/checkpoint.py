@@ -60,7 +60,7 @@ def check_compatible(net: ms.nn.Cell, weights: dict[str, ms.Parameter], source: 
         have = tuple(weights[name].shape)
         want = tuple(param.shape)
         if have != want:
-            hint = ""
+            hint = " (a different architecture? check model=...)"
             if ".cls_preds." in name:
                 hint = f" (the checkpoint has {have[0]} classes, the model {want[0]})"
             raise CheckpointError(
@@ -69,12 +69,15 @@ def check_compatible(net: ms.nn.Cell, weights: dict[str, ms.Parameter], source: 
             )
 
 
-def load_weights(net: ms.nn.Cell, path: str, use_ema: bool = True) -> bool:
-    """Load a checkpoint's network (or EMA) weights into ``net`` with strict checking.
+def load_weights(
+    net: ms.nn.Cell, path: str, use_ema: bool = True, params: dict | None = None
+) -> bool:
+    """Load a checkpoint's network (or EMA) weights into ``net`` with strict checking
+    (``params``: the file already read with :func:`read_checkpoint`).
 
     Returns True when EMA weights were used.
     """
-    params = read_checkpoint(path)
+    params = params if params is not None else read_checkpoint(path)
     weights = network_weights(params, use_ema)
     used_ema = use_ema and any(k.startswith(EMA_PREFIX) for k in params)
     check_compatible(net, weights, path)

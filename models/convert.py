@@ -12,6 +12,7 @@ file is read by :mod:`models.torch_pickle`, which refuses a file that would run 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -19,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from models.description import DESCRIPTION_KEY, coco_or_numbered, describe
 from models.torch_pickle import TorchCheckpointError, load_torch_file
+
+log = logging.getLogger(__name__)
 
 BN_RENAMES = {
     "weight": "gamma",
@@ -129,19 +133,59 @@ def convert_to_network(state_dict: Mapping[str, Any], model: str, num_classes: i
     return net
 
 
-def convert_file(src: str, dst: str, model: str, num_classes: int | None = None) -> int:
-    """Convert ``src`` (.pth) into ``dst`` (.ckpt); returns the number of tensors written."""
+# The original's test sizes (its exps' test_size): the input size a converted checkpoint
+# describes unless --img-size says otherwise.
+YOLOX_TEST_SIZE = {"yolox_nano": 416, "yolox_tiny": 416}
+DEFAULT_TEST_SIZE = 640
+
+
+def read_class_names(text: str | None, num_classes: int) -> tuple[list[str], list[int], str]:
+    """(names, category ids, where they came from) for ``--class-names``: a file with one
+    name per line, or a comma-separated list; without it the COCO names for 80 classes."""
+    if not text:
+        return coco_or_numbered(num_classes)
+    if os.path.isfile(text):
+        with open(text, encoding="utf-8") as f:
+            names = [line.strip() for line in f if line.strip()]
+        origin = text
+    else:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        origin = "--class-names"
+    if len(names) != num_classes:
+        raise ConversionError(
+            f"{origin}: {len(names)} class names for a {num_classes}-class checkpoint"
+        )
+    return names, list(range(num_classes)), origin
+
+
+def convert_file(
+    src: str,
+    dst: str,
+    model: str,
+    num_classes: int | None = None,
+    class_names: str | None = None,
+    img_size: int | None = None,
+) -> int:
+    """Convert ``src`` (.pth) into ``dst`` (.ckpt) with its description (class names: see
+    :func:`read_class_names`; input size: the original's test size unless ``img_size``);
+    returns the number of tensors written."""
     import mindspore as ms
+
+    from models.yolox import load_model_config
 
     if not dst.endswith(".ckpt"):
         raise ConversionError(f"--dst must end with .ckpt (MindSpore appends it otherwise): {dst}")
     state_dict = load_torch_checkpoint(src)
     net = convert_to_network(state_dict, model, num_classes)
+    names, ids, origin = read_class_names(class_names, net.num_classes)
+    log.info("class names: %s", origin)
+    size = int(img_size or YOLOX_TEST_SIZE.get(model, DEFAULT_TEST_SIZE))
+    description = describe(
+        load_model_config(model), net.num_classes, names, ids, [size, size], "convert"
+    )
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     tmp = dst[: -len(".ckpt")] + ".partial.ckpt"
-    ms.save_checkpoint(
-        net, tmp, append_dict={"msdet_model": model, "msdet_num_classes": net.num_classes}
-    )
+    ms.save_checkpoint(net, tmp, append_dict={DESCRIPTION_KEY: description.to_json()})
     os.replace(tmp, dst)  # never leave a partial file under the final name
     return len(net.parameters_dict())
 
@@ -157,9 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", required=True, help="PyTorch .pth checkpoint")
     parser.add_argument("--dst", required=True, help="MindSpore .ckpt to write")
     parser.add_argument("--num-classes", type=int, default=None, help="default: from the head")
+    parser.add_argument(
+        "--class-names",
+        help="a file with one name per line, or a,b,c (default: COCO's for 80 classes)",
+    )
+    parser.add_argument(
+        "--img-size", type=int, help="the input size to describe (default: the original's)"
+    )
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        n = convert_file(args.src, args.dst, args.model, args.num_classes)
+        n = convert_file(
+            args.src, args.dst, args.model, args.num_classes, args.class_names, args.img_size
+        )
     except ConversionError as err:
         print(f"conversion failed for {args.src}:\n{err}", file=sys.stderr)
         return 1

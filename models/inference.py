@@ -16,7 +16,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from models.checkpoint import checkpoint_num_classes, load_weights
+from models.checkpoint import checkpoint_num_classes, load_weights, read_checkpoint
+from models.description import Description, DescriptionError, contradictions, read_description
 from models.yolox import YOLOX, build_model
 from ops.nms import BatchedNMS, HostNMS
 
@@ -59,6 +60,40 @@ def load_detector(
     used_ema = load_weights(net, ckpt, use_ema=use_ema)
     net.set_train(False)
     return net, used_ema
+
+
+def load_described_detector(
+    ckpt: str,
+    fallback_model_cfg: Any,
+    typed_overrides: dict[str, str] | None = None,
+    num_classes: int | None = None,
+    use_ema: bool = True,
+) -> tuple[YOLOX, bool, Description | None]:
+    """A checkpoint's detector built from its own description, in inference mode.
+
+    ``typed_overrides``: the command line's ``key -> value`` as typed; a ``model`` override
+    that contradicts the description is a :class:`DescriptionError` naming both (the
+    composed ``model`` config cannot tell a default from a choice). A checkpoint without a
+    description (written before msdet had them) is built from ``fallback_model_cfg`` and
+    ``num_classes`` (else its head's class count), as before. Returns the network, whether
+    EMA weights were loaded, and the description (None for such a checkpoint).
+    """
+    params = read_checkpoint(ckpt)
+    description = read_description(params, ckpt)
+    if description is None:
+        net, used_ema = load_detector(fallback_model_cfg, ckpt, num_classes, use_ema)
+        return net, used_ema, None
+    problems = contradictions(description, typed_overrides or {})
+    if problems:
+        raise DescriptionError(f"{ckpt}: " + "; ".join(problems) + " (leave model=... out)")
+    if num_classes is not None and num_classes != description.num_classes:
+        raise DescriptionError(
+            f"{ckpt} predicts {description.num_classes} classes, the data has {num_classes}"
+        )
+    net = build_model(description.model_config(), description.num_classes)
+    used_ema = load_weights(net, ckpt, use_ema=use_ema, params=params)
+    net.set_train(False)
+    return net, used_ema, description
 
 
 class InferenceNet(nn.Cell):

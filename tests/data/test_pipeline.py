@@ -290,11 +290,17 @@ def test_eval_shards_cover_every_image_once():
     assert sorted(real.tolist()) == list(range(11))
 
 
-def test_unreadable_eval_image_gets_index_minus_one(tmp_path, caplog):
+def test_an_unreadable_eval_image_is_marked_and_keeps_its_position(tmp_path, caplog):
+    """Not padding (-1): the evaluator must still count its ground truth."""
+    from data.pipeline import source_position, unreadable_index
+
     source = corrupted_copy(tmp_path, position=1)
     dataset = build_eval_dataset(plain_cfg(str(tmp_path)), source, SIZE, batch_size=4)
     with caplog.at_level(logging.WARNING, logger="data.pipeline"):
         (batches,) = epochs_of(dataset, 1)
     index = np.concatenate([b[1] for b in batches])
-    np.testing.assert_array_equal(index, [0, -1, 2, 3, 4, 5, 6, 7])
-    assert any("000002.jpg" in r.getMessage() for r in caplog.records)
+    np.testing.assert_array_equal(index, [0, unreadable_index(1), 2, 3, 4, 5, 6, 7])
+    assert unreadable_index(1) < -1
+    np.testing.assert_array_equal(source_position(index), np.arange(8))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("000002.jpg" in m and "ground truth counts as missed" in m for m in messages)

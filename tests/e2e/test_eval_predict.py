@@ -82,27 +82,29 @@ def test_predict_writes_images_and_records_and_skips_broken_files(trained, cache
             assert rec["score"] >= 0.0001 and rec["bbox"][2] >= 0 and rec["bbox"][3] >= 0
 
 
-@pytest.mark.torch
-def test_predict_accepts_a_checkpoint_converted_from_pytorch(tmp_path, cache_dir):
+def _convert(tmp_path, model: str) -> Path:
+    """The original's random-weight ``model`` (80 classes), saved as a release .pth and
+    converted as README's "From PyTorch" does: no class names given."""
     require_yolox()
     import torch
 
     from models.reference import build_torch_yolox, calibrate
     from models.yolox import load_model_config
 
-    pt = calibrate(build_torch_yolox(load_model_config("yolox_nano"), 80), img_size=128)
-    torch.save({"model": pt.state_dict()}, tmp_path / "nano.pth")
+    pt = calibrate(build_torch_yolox(load_model_config(model), 80), img_size=128)
+    torch.save({"model": pt.state_dict()}, tmp_path / f"{model}.pth")
+    dst = tmp_path / f"{model}.ckpt"
     conv = subprocess.run(
         [
             sys.executable,
             "-m",
             "models.convert",
             "--model",
-            "yolox_nano",
+            model,
             "--src",
-            str(tmp_path / "nano.pth"),
+            str(tmp_path / f"{model}.pth"),
             "--dst",
-            str(tmp_path / "nano.ckpt"),
+            str(dst),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -110,21 +112,91 @@ def test_predict_accepts_a_checkpoint_converted_from_pytorch(tmp_path, cache_dir
         timeout=300,
     )
     assert conv.returncode == 0, conv.stderr[-2000:]
+    assert "class names: the 80 COCO classes" in conv.stderr + conv.stdout
+    return dst
+
+
+def _predict(out_dir, data_cache, *overrides: str) -> subprocess.CompletedProcess:
+    """predict.py as README shows it: no TINY data overrides, only what is given."""
+    return run_entry("predict.py", out_dir, data_cache, *overrides, tiny=False)
+
+
+@pytest.mark.torch
+def test_a_converted_checkpoint_predicts_named_coco_classes_with_only_ckpt(tmp_path, cache_dir):
+    """README's "From PyTorch": ``predict.py ckpt=yolox_tiny.ckpt source=image.jpg``. The
+    network (a tiny, not the default nano), its 80 COCO class names and ids and its input
+    size come from the checkpoint; no training set is built (the data cache stays empty)."""
+    from models.description import COCO_CATEGORY_IDS, COCO_NAMES
+
+    ckpt = _convert(tmp_path, "yolox_tiny")
     _, images = tiny_val_split(cache_dir)
     image = images / sorted(os.listdir(images))[0]
-    out = run_entry(
-        "predict.py",
+    empty_cache = tmp_path / "no_data_here"
+    out = _predict(
         tmp_path / "out",
-        cache_dir,
-        f"ckpt={tmp_path}/nano.ckpt",
+        empty_cache,
+        "runtime=cpu",
+        f"ckpt={ckpt}",
         f"source={image}",
         "eval.conf_thresh=0.0",  # random weights score ~1e-4: keep boxes to look at
         "eval.max_det=10",
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert not empty_cache.exists() or not any(empty_cache.iterdir())
+    log = Path(tmp_path / "out" / "predict.log").read_text()
+    assert (
+        "yolox_tiny EMA" not in log and "yolox_tiny raw weights, 80 classes (person, bicycle" in log
+    )
     preds = json.loads(Path(tmp_path / "out" / "predictions.json").read_text())
     assert list(preds) == [image.name] and len(preds[image.name]) == 10
-    # 80 classes vs the 3-class shapes config: classes are numbered, ids are indices.
     for rec in preds[image.name]:
-        assert rec["category_name"] == f"class{rec['category_id']}"
-        assert 0 <= rec["category_id"] < 80
+        assert rec["category_name"] in COCO_NAMES
+        assert rec["category_id"] == COCO_CATEGORY_IDS[COCO_NAMES.index(rec["category_name"])]
+    # A command line that contradicts the checkpoint: one line naming both.
+    out = _predict(
+        tmp_path / "wrong",
+        empty_cache,
+        "runtime=cpu",
+        f"ckpt={ckpt}",
+        f"source={image}",
+        "model=yolox_s",
+    )
+    assert out.returncode == 1
+    assert "model=yolox_s contradicts the checkpoint, a yolox_tiny" in out.stderr + out.stdout
+
+
+@pytest.mark.torch
+def test_a_checkpoint_without_description_still_loads_with_todays_flags(tmp_path, cache_dir):
+    """Written before checkpoints described themselves: model= says what it is; classes
+    are numbered, and the log says how to name them."""
+    import mindspore as ms
+
+    from models.description import DESCRIPTION_KEY
+
+    ckpt = _convert(tmp_path, "yolox_tiny")
+    params = ms.load_checkpoint(str(ckpt))
+    old = tmp_path / "old.ckpt"
+    ms.save_checkpoint(
+        [{"name": k, "data": v} for k, v in params.items() if k != DESCRIPTION_KEY], str(old)
+    )
+    _, images = tiny_val_split(cache_dir)
+    image = images / sorted(os.listdir(images))[0]
+    common = [
+        "runtime=cpu",
+        f"ckpt={old}",
+        f"source={image}",
+        "eval.conf_thresh=0.0",
+        "eval.max_det=5",
+    ]
+    out = _predict(
+        tmp_path / "out", tmp_path / "cache", *common, "model=yolox_tiny", "eval.img_size=416"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    preds = json.loads(Path(tmp_path / "out" / "predictions.json").read_text())
+    assert [r["category_name"] for r in preds[image.name]] == [
+        f"class{r['category_id']}" for r in preds[image.name]
+    ]
+    assert "has no description" in Path(tmp_path / "out" / "predict.log").read_text()
+    # Without model= it is built as the default nano and the shapes do not fit: named.
+    out = _predict(tmp_path / "nano", tmp_path / "cache", *common)
+    assert out.returncode == 1 and "check model=" in out.stderr + out.stdout

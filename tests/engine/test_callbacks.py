@@ -183,19 +183,33 @@ def test_epoch_summary_row_and_the_latest_evaluation_in_the_log(caplog):
     assert lines[1].endswith("(last eval: mAP 0.250 mAP50 0.500)")
 
 
-def test_early_stopping_counts_evaluations_without_improvement():
-    st = state(epochs=10)
-    stop = EarlyStopping(st, patience=2)
-    stopped_at = None
-    for epoch, best in enumerate([True, False, None, False], start=1):
+def _stop_epoch(st, maps: dict[int, float], patience: int = 2) -> int | None:
+    """The epoch early stopping ends a run at, when epoch e's evaluation gives maps[e]."""
+    evaluation = EvalCallback(st, lambda e: {"mAP": maps[e], "mAP50": maps[e]}, interval=1)
+    evaluation.due = lambda epoch: epoch in maps  # evaluate only where a mAP is given
+    stop = EarlyStopping(st, patience=patience)
+    for epoch in range(1, st.epochs + 1):
         st.reset_epoch(epoch)
-        st.evaluated, st.is_best = best is not None, bool(best)
-        ctx = RunContext()
-        stop.end_epoch(epoch, ctx)
+        ctx = RunContext(cur_epoch_num=epoch)
+        evaluation.on_train_epoch_end(ctx)
+        stop.on_train_epoch_end(ctx)
         if ctx.stopped:
-            stopped_at = epoch
-            break
-    assert stopped_at == 4  # epochs 2 and 4 evaluated without improvement; 3 not evaluated
+            return epoch
+    return None
+
+
+def test_early_stopping_counts_evaluations_without_improvement():
+    # epochs 2 and 4 evaluated without improvement; 3 not evaluated
+    assert _stop_epoch(state(epochs=10), {1: 0.3, 2: 0.2, 4: 0.25}) == 4
+    assert _stop_epoch(state(epochs=10), {1: 0.3, 2: 0.2, 4: 0.35, 5: 0.1}) is None
+
+
+def test_a_resumed_run_continues_the_early_stopping_count():
+    """The counter is run state (checkpoints keep it): one bad evaluation before the resume
+    and one after stop a patience-2 run; restarting the count would not."""
+    resumed = state(epochs=10, best_map=0.3, bad_evals=1)
+    assert _stop_epoch(resumed, {1: 0.2}) == 1
+    assert _stop_epoch(state(epochs=10, best_map=0.3), {1: 0.2}) is None
 
 
 def test_stop_at_epoch_leaves_the_last_epoch_alone():

@@ -247,3 +247,62 @@ def test_speed_meter_reports_ms_per_image():
     )
     with pytest.raises(ValueError, match="unknown stage"), meter.measure("loss"):
         pass
+
+
+class _Source:
+    """The part of a CocoSource that evaluate_on_dataset reads, over ground_truth()."""
+
+    def __init__(self):
+        self.coco, _ = ground_truth()
+        self.ids = sorted(self.coco.imgs)
+        self.category_ids, self.class_names = CATEGORY_IDS, CLASS_NAMES
+
+    def image_info(self, position):
+        return self.coco.imgs[self.ids[position]]
+
+
+class _Batches:
+    """An eval dataset of one batch: image positions 0..3, position 1 unreadable."""
+
+    def __init__(self, index):
+        self.index = np.asarray(index, np.int32)
+
+    def create_tuple_iterator(self, num_epochs, output_numpy):
+        images = np.zeros((len(self.index), 1), np.float32)
+        return iter([(images, self.index, np.full(len(self.index), SCALE, np.float32))])
+
+
+def test_an_unreadable_val_image_keeps_its_ground_truth(tmp_path):
+    """It is evaluated as an image without detections: its objects count as missed (the
+    detector's output for its blank stand-in is dropped), so the mAP cannot rise by it."""
+    from data.pipeline import unreadable_index
+    from engine.evaluator import evaluate_on_dataset
+
+    _, objects = ground_truth()
+    dets, counts, _, _, _ = model_detections(objects)  # perfect boxes for all four images
+
+    class Detector:
+        def __call__(self, images):
+            return images
+
+    metrics, _ = evaluate_on_dataset(
+        Detector(),
+        lambda preds: (dets, counts),  # would find image 2's box, were it read
+        _Batches([0, unreadable_index(1), 2, 3]),
+        _Source(),
+        str(tmp_path),
+        verbose=False,
+    )
+    assert metrics["images"] == 4
+    detections = json.loads((tmp_path / "detections.json").read_text())
+    assert sorted({d["image_id"] for d in detections}) == [1, 3, 4]
+    gt, _ = ground_truth()
+    with contextlib.redirect_stdout(io.StringIO()):
+        independent = COCOeval(gt, gt.loadRes(str(tmp_path / "detections.json")), "bbox")
+        independent.params.imgIds = [1, 2, 3, 4]
+        independent.evaluate()
+        independent.accumulate()
+        independent.summarize()
+    assert metrics["mAP50"] == pytest.approx(independent.stats[1], abs=1e-12)
+    assert metrics["per_class_AP50"]["box"] < 0.6  # one of the two boxes missed
+    assert metrics["per_class_AP50"]["disc"] == pytest.approx(1.0)

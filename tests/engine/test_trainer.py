@@ -19,3 +19,17 @@ def test_sink_plan_profiles_with_one_step_per_sink():
     assert _sink_plan(cpu, 100, profiling=True) == (100, 1)  # no real sink on CPU
     with pytest.raises(ValueError, match="runtime.sink_size=30 must be -1 or divide"):
         _sink_plan(Runtime("Ascend", "graph", "O2", True, 30), 100)
+
+
+def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from engine.trainer import check_class_count
+
+    source = SimpleNamespace(num_classes=3, ann_file="annotations/instances_train.json")
+    assert check_class_count(OmegaConf.create({"num_classes": None}), source) == 3
+    assert check_class_count(OmegaConf.create({"num_classes": 3}), source) == 3
+    with pytest.raises(ValueError, match=r"model.num_classes=80 but the dataset .* has 3 classes"):
+        check_class_count(OmegaConf.create({"num_classes": 80}), source)

@@ -112,3 +112,19 @@ def test_cspdarknet_weights_are_refused_by_darknet53(torch_nano):
 
 # A checkpoint that would run code is refused before anything runs: the payload's side
 # effect is checked absent in tests/models/test_torch_pickle.py (the reader's own tests).
+
+
+def test_class_names_from_a_file_a_list_or_cocos_by_default(tmp_path):
+    from models.convert import ConversionError, read_class_names
+    from models.description import COCO_CATEGORY_IDS, COCO_NAMES
+
+    names, ids, origin = read_class_names(None, 80)
+    assert names == list(COCO_NAMES) and ids == list(COCO_CATEGORY_IDS) and "COCO" in origin
+    assert names[:3] == ["person", "bicycle", "car"] and ids[-1] == 90 and len(set(ids)) == 80
+    assert read_class_names(None, 3)[0] == ["class0", "class1", "class2"]
+    listing = tmp_path / "names.txt"
+    listing.write_text("cat\ndog\n\n")
+    assert read_class_names(str(listing), 2)[:2] == (["cat", "dog"], [0, 1])
+    assert read_class_names("cat, dog,bird", 3)[0] == ["cat", "dog", "bird"]
+    with pytest.raises(ConversionError, match="2 class names for a 3-class checkpoint"):
+        read_class_names(str(listing), 3)

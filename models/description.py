@@ -1,0 +1,164 @@
+"""What a checkpoint is: the description msdet writes into every checkpoint it makes.
+
+Training and the PyTorch converter write one JSON string under :data:`DESCRIPTION_KEY`:
+the architecture (the model's name and every field that shapes the network, see
+``models.yolox.architecture``; the class count), the class names and the dataset's category
+ids, the input size, and, from training, the composed config; plus the msdet and MindSpore
+versions. eval.py, predict.py and export.py build the network from it, so they need only
+``ckpt=``; a checkpoint written before descriptions existed reads as None and the entry
+points fall back to the config (``model=...``), as they did then.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from omegaconf import OmegaConf
+
+DESCRIPTION_KEY = "msdet_description"
+SCHEMA = 1
+MSDET_VERSION = "0.1.0"
+
+# The 80 COCO classes in YOLOX's order (the original's COCO_CLASSES) and their category ids
+# in COCO's annotation files (1..90 with gaps): what an official YOLOX checkpoint predicts.
+COCO_NAMES = (
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
+    "traffic light", "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat",
+    "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "backpack",
+    "umbrella", "handbag", "tie", "suitcase", "frisbee", "skis", "snowboard", "sports ball",
+    "kite", "baseball bat", "baseball glove", "skateboard", "surfboard", "tennis racket",
+    "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
+    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair",
+    "couch", "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse",
+    "remote", "keyboard", "cell phone", "microwave", "oven", "toaster", "sink",
+    "refrigerator", "book", "clock", "vase", "scissors", "teddy bear", "hair drier",
+    "toothbrush",
+)  # fmt: skip
+COCO_CATEGORY_IDS = tuple(
+    i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
+)
+
+
+class DescriptionError(ValueError):
+    """A checkpoint's description is unreadable or contradicts what was asked."""
+
+
+@dataclass
+class Description:
+    """A checkpoint's description (see the module docstring)."""
+
+    model: dict[str, Any]  # name, the architecture fields, num_classes, prior_prob
+    class_names: list[str]
+    category_ids: list[int]
+    input_size: list[int] | None = None  # [h, w] the network was trained or converted at
+    source: str = "train"  # train | convert
+    config: dict[str, Any] | None = None  # the composed training config
+    versions: dict[str, str] = field(default_factory=dict)
+    schema: int = SCHEMA
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model["num_classes"])
+
+    def model_config(self) -> Any:
+        """The ``model`` config group this checkpoint's network is built from."""
+        return OmegaConf.create(dict(self.model))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def describe(
+    model_cfg: Any,
+    num_classes: int,
+    class_names: Sequence[str],
+    category_ids: Sequence[int],
+    input_size: Sequence[int] | None,
+    source: str,
+    config: Mapping[str, Any] | None = None,
+) -> Description:
+    """The description of a network built from ``model_cfg`` with ``num_classes`` classes."""
+    from mindspore import __version__ as ms_version
+
+    from models.yolox import architecture
+
+    if len(class_names) != num_classes or len(category_ids) != num_classes:
+        raise DescriptionError(
+            f"{len(class_names)} class names and {len(category_ids)} category ids for a "
+            f"{num_classes}-class model"
+        )
+    model = {
+        "name": str(model_cfg.name),
+        **architecture(model_cfg),
+        "num_classes": int(num_classes),
+        "prior_prob": float(model_cfg.get("prior_prob", 0.01)),
+    }
+    return Description(
+        model=model,
+        class_names=[str(n) for n in class_names],
+        category_ids=[int(i) for i in category_ids],
+        input_size=[int(v) for v in input_size] if input_size is not None else None,
+        source=source,
+        config=dict(config) if config is not None else None,
+        versions={"msdet": MSDET_VERSION, "mindspore": ms_version},
+    )
+
+
+def coco_or_numbered(num_classes: int) -> tuple[list[str], list[int], str]:
+    """(names, category ids, how they were chosen) for a model without names given: the
+    COCO classes for 80, else ``class0 ... classN-1`` with ids 0..N-1."""
+    if num_classes == len(COCO_NAMES):
+        return list(COCO_NAMES), list(COCO_CATEGORY_IDS), "the 80 COCO classes"
+    names = [f"class{i}" for i in range(num_classes)]
+    return names, list(range(num_classes)), f"numbered class0..class{num_classes - 1}"
+
+
+def read_description(params: Mapping[str, Any], source: str = "checkpoint") -> Description | None:
+    """The description in a loaded checkpoint (name -> value), None when it has none."""
+    text = params.get(DESCRIPTION_KEY)
+    if text is None:
+        return None
+    try:
+        data = json.loads(str(text))
+        return Description(**data)
+    except (ValueError, TypeError) as err:
+        raise DescriptionError(f"{source}: its description is unreadable ({err})") from err
+
+
+def contradictions(description: Description, typed: Mapping[str, str]) -> list[str]:
+    """What the command line's ``model`` overrides (``typed``: key -> value as typed) say
+    against the checkpoint's description; one message per contradiction."""
+    found = []
+    name = description.model.get("name")
+    if "model" in typed and typed["model"] != name:
+        found.append(f"model={typed['model']} contradicts the checkpoint, a {name}")
+    for key, text in typed.items():
+        if not key.startswith("model.") or key[len("model.") :] not in description.model:
+            continue
+        field_name = key[len("model.") :]
+        try:
+            value = OmegaConf.create({"v": text}).v  # as Hydra reads the value
+        except Exception:
+            value = text
+        have = description.model[field_name]
+        if value is None and field_name == "num_classes":
+            continue
+        if _differs(value, have):
+            found.append(f"{key}={text} contradicts the checkpoint's {field_name}={have}")
+    return found
+
+
+def _differs(value: Any, have: Any) -> bool:
+    if isinstance(have, list):
+        return [float(v) for v in (value or [])] != [float(v) for v in have]
+    if isinstance(have, bool):
+        return bool(value) != have
+    if isinstance(have, (int, float)):
+        try:
+            return float(value) != float(have)
+        except (TypeError, ValueError):
+            return True
+    return str(value) != str(have)
