@@ -55,6 +55,7 @@ def main(cfg: DictConfig) -> None:
             dataset,
             val,
             rt.run_dir,
+            plots=True,
         )
         log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], rt.run_dir)
 

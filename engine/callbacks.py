@@ -60,6 +60,7 @@ class TrainState:
     start_epoch: int = 0
     best_map: float = -1.0
     bad_evals: int = 0  # evaluations in a row without a new best mAP (early stopping)
+    amp: bool = False  # dynamic loss scaling: the epoch's row gains loss_scale, skipped_steps
     epoch: int = 0
     sums: dict[str, float] = field(default_factory=dict)
     steps: int = 0  # steps run this epoch (images/s counts them all)
@@ -343,6 +344,9 @@ class EpochSummary(EpochCallback):
             "mAP": st.metrics["mAP"] if st.evaluated else float("nan"),
             "mAP50": st.metrics["mAP50"] if st.evaluated else float("nan"),
         }
+        if st.amp:  # where fp16 overflows are skipped: how many, and the scale reached
+            row["loss_scale"] = st.loss_scale
+            row["skipped_steps"] = float(st.overflow_steps)
         st.history.append(row)
         latest = ""
         if st.metrics:

@@ -20,7 +20,6 @@ import numpy as np
 from mindspore import nn
 
 from data.pipeline import build_eval_dataset, eval_positions
-from data.visualize import draw_boxes
 from engine.checkpoint import BEST
 from engine.evaluator import (
     DETECTIONS_FILE,
@@ -30,6 +29,8 @@ from engine.evaluator import (
     detections_in_image,
     evaluate_on_dataset,
 )
+from engine.plots import FILES as PLOT_FILES
+from engine.plots import plot_val_predictions
 from engine.train_step import ModelEMA
 from models.checkpoint import EMA_PREFIX, network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
@@ -37,14 +38,19 @@ from models.yolox import build_model
 
 log = logging.getLogger("train")
 
+VAL_GRID = "val_predictions.jpg"  # the latest evaluation's val images, truth beside predictions
+
 
 class TrainingEvaluation:
     """COCO evaluation of the weights being trained, in the run folder.
 
-    ``evaluate(epoch)`` scores the current (EMA) weights into ``<run dir>/eval/``;
-    ``final(is_best)`` scores ``best.ckpt`` into the run folder itself; ``annotated_images``
-    draws the last evaluation's first ``train.vis_images`` val images with their boxes.
-    Returns metrics on rank 0 and None on the other ranks, which only contribute detections.
+    ``evaluate(epoch)`` scores the current (EMA) weights into ``<run dir>/eval/`` with the
+    evaluation plots (confusion matrix, PR/P/R/F1 curves) and writes
+    ``<run dir>/val_predictions.jpg``: the first ``train.vis_images`` val images, ground
+    truth beside the predictions at the confusion matrix's confidence. ``final(is_best)``
+    scores ``best.ckpt`` into the run folder itself, plots included. ``tensorboard_images``
+    hands the latest pictures to TensorBoard. Returns metrics on rank 0 and None on the
+    other ranks, which only contribute detections.
     """
 
     def __init__(self, cfg, rt, num_classes: int, source, net: nn.Cell, ema: ModelEMA | None):
@@ -94,6 +100,7 @@ class TrainingEvaluation:
             keep_images=self.num_vis,
             gather=self.gather,
             verbose=verbose,
+            plots=True,
         )
         return metrics
 
@@ -101,7 +108,24 @@ class TrainingEvaluation:
         """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
         self._load(self.sources)
         self.last_metrics = self._run(os.path.join(self.run_dir, "eval"), verbose=False)
+        if self.last_metrics is not None and self.kept:
+            conf = float(self.last_metrics["analysis"]["confusion_matrix_conf"])
+            plot_val_predictions(
+                self._samples(), self.source.class_names, os.path.join(self.run_dir, VAL_GRID), conf
+            )
         return self.last_metrics
+
+    def _samples(self) -> list[tuple]:
+        """The kept val images with their ground truth and predictions, in their pixels."""
+        samples = []
+        for index, dets, count, scale in self.kept:
+            try:
+                img, gt_boxes, gt_labels = self.source.load(index)
+            except OSError:
+                continue
+            xyxy, scores, labels = detections_in_image(dets, count, scale, img.shape[:2])
+            samples.append((img, gt_boxes, gt_labels, xyxy, scores, labels))
+        return samples
 
     def final(self, last_was_best: bool) -> dict[str, Any]:
         """Evaluate best.ckpt (EMA weights) into <run dir>/metrics.json, reusing the last
@@ -120,7 +144,7 @@ class TrainingEvaluation:
             return self._run(self.run_dir, verbose=True) or {}
         if self.last_metrics and last_was_best and not self.distributed:
             src = os.path.join(self.run_dir, "eval")
-            for name in (METRICS_FILE, DETECTIONS_FILE, SUMMARY_FILE):
+            for name in (METRICS_FILE, DETECTIONS_FILE, SUMMARY_FILE, *PLOT_FILES.values()):
                 shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
             with open(os.path.join(self.run_dir, SUMMARY_FILE), encoding="utf-8") as f:
                 print(f.read().rstrip())
@@ -138,17 +162,14 @@ class TrainingEvaluation:
         )
         return metrics
 
-    def annotated_images(self, epoch: int) -> list[tuple[str, np.ndarray]]:
-        """The first validation images with their predicted boxes (RGB), for TensorBoard."""
+    def tensorboard_images(self, epoch: int) -> list[tuple[str, np.ndarray]]:
+        """The latest evaluation's pictures (RGB): the val grid and the six plots."""
         out = []
-        for index, dets, count, scale in self.kept:
-            info = self.source.image_info(index)
-            try:
-                img, _, _ = self.source.load(index)
-            except OSError:
-                continue
-            hw = (info["height"], info["width"])
-            xyxy, scores, labels = detections_in_image(dets, count, scale, hw)
-            drawn = draw_boxes(img, xyxy, labels, self.source.class_names, scores)
-            out.append((f"val/{info['file_name']}", cv2.cvtColor(drawn, cv2.COLOR_BGR2RGB)))
+        for tag, path in [("val/predictions", os.path.join(self.run_dir, VAL_GRID))] + [
+            (f"plots/{name}", os.path.join(self.run_dir, "eval", file))
+            for name, file in PLOT_FILES.items()
+        ]:
+            image = cv2.imread(path) if os.path.isfile(path) else None
+            if image is not None:
+                out.append((tag, cv2.cvtColor(image, cv2.COLOR_BGR2RGB)))
         return out

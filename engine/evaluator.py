@@ -196,10 +196,16 @@ class CocoEvaluator:
             self.results.extend(records)
 
     def evaluate(
-        self, speed: Mapping[str, float] | SpeedMeter | None = None, verbose: bool = True
+        self,
+        speed: Mapping[str, float] | SpeedMeter | None = None,
+        verbose: bool = True,
+        plots: bool = False,
     ) -> dict[str, Any]:
         """Write ``detections.json``, run COCOeval (bbox), write ``metrics.json`` and the
-        summary (``coco_summary.txt``), which is also printed when ``verbose``.
+        summary (``coco_summary.txt``), which is also printed when ``verbose``. With
+        ``plots``, also the confusion matrix and the PR, P, R and F1 curves
+        (``engine.plots``) beside them, and their figures (best-F1 confidence, the matrix's
+        IoU and confidence) in ``metrics["analysis"]``.
 
         ``speed``: ms per image per stage (or a :class:`SpeedMeter`) for the speed line.
         Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,
@@ -246,6 +252,18 @@ class CocoEvaluator:
         if verbose:
             print(text)
 
+        if plots:
+            from engine.plots import write_evaluation_plots
+
+            drawn = write_evaluation_plots(
+                self.coco_gt.dataset,
+                self.results,
+                self.category_ids,
+                self.class_names,
+                self.out_dir,
+                sorted(set(self.image_ids)),
+            )
+            metrics["analysis"] = {k: v for k, v in drawn.summary.items() if k != "files"}
         with open(os.path.join(self.out_dir, METRICS_FILE), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2)
         return metrics
@@ -355,6 +373,7 @@ def evaluate_on_dataset(
     keep_images: int = 0,
     gather: RankGather | None = None,
     verbose: bool = True,
+    plots: bool = False,
 ) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
     """Run ``detector`` (decoded predictions) and ``nms`` over an eval dataset and score it.
 
@@ -363,7 +382,8 @@ def evaluate_on_dataset(
     speed line (graph compilation must not count). Returns the metrics (see
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
     ``(source index, dets, count, scale)`` for drawing. ``verbose``: print the summary
-    (it is written to ``coco_summary.txt`` either way).
+    (it is written to ``coco_summary.txt`` either way); ``plots``: the evaluation plots too
+    (:meth:`CocoEvaluator.evaluate`).
 
     Several ranks: each evaluates its shard of the val set (``build_eval_dataset(...,
     rank, world_size)``), ``gather`` brings every rank's detections together, and the rank
@@ -422,4 +442,4 @@ def evaluate_on_dataset(
         scale[order],
         np.array([[info["height"], info["width"]] for info in infos]).reshape(-1, 2),
     )
-    return evaluator.evaluate(speed, verbose), kept
+    return evaluator.evaluate(speed, verbose, plots), kept

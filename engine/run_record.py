@@ -1,7 +1,7 @@
 """The run record: what a training run writes about each epoch, and how it is read back.
 
 ``results.csv`` holds one row per completed epoch (:data:`COLUMNS` first, in that order;
-columns added later, such as loss scale figures, follow), ``results.png`` plots it. The
+then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it. The
 trainer writes both after every epoch on rank 0; resuming reads the rows back; the
 benchmarks and tests read them with :func:`read_results` instead of parsing the file
 themselves. A row is a plain dict of numbers (``epoch`` an int, the rest floats; NaN where

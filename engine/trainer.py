@@ -20,6 +20,7 @@ from mindspore.train import LossMonitor, Model, TimeMonitor
 from omegaconf import OmegaConf
 
 from data.build import build_sources
+from data.check import summarise_annotations
 from data.pipeline import build_train_dataset, check_data_config
 from engine.amp import apply_amp
 from engine.callbacks import (
@@ -86,6 +87,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         num_classes,
         ", ".join(train_src.class_names),
     )
+    for line in summarise_annotations(train_src, cfg.data.img_size):  # python -m data.check: all
+        log.info("%s", line)
     if cfg.runtime.get("compile_cache", False):
         import mindspore as ms
 
@@ -183,6 +186,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         start_epoch=start_epoch,
         best_map=best_map,
         bad_evals=bad_evals,
+        amp=rt.uses_dynamic_loss_scale,
     )
     state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
     # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
@@ -438,7 +442,7 @@ def _build_callbacks(
         if tcfg.tensorboard:
             cbs.append(
                 TensorBoardCallback(
-                    state, os.path.join(rt.run_dir, "tensorboard"), evaluation.annotated_images
+                    state, os.path.join(rt.run_dir, "tensorboard"), evaluation.tensorboard_images
                 )
             )
         if int(tcfg.patience) > 0:

@@ -33,6 +33,14 @@ def test_run_folder_holds_every_artefact(trained):
         ".hydra/config.yaml",
         "checkpoints/last.ckpt",
         "checkpoints/best.ckpt",
+        "val_predictions.jpg",
+        "confusion_matrix.png",
+        "confusion_matrix_normalized.png",
+        "PR_curve.png",
+        "P_curve.png",
+        "R_curve.png",
+        "F1_curve.png",
+        "eval/F1_curve.png",
     ):
         assert os.path.isfile(os.path.join(run_dir, name)), name
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[:3] == [
@@ -46,6 +54,10 @@ def test_run_folder_holds_every_artefact(trained):
     assert set(metrics["per_class"]) == {"disc", "rectangle", "triangle"}
     rows = read_results(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
+    # O2 on CPU (the fixture): dynamic loss scaling, recorded per epoch
+    assert all(r["loss_scale"] >= 1.0 and r["skipped_steps"] >= 0 for r in rows)
+    analysis = metrics["analysis"]
+    assert 0.0 <= analysis["best_f1_conf"] <= 1.0 and analysis["confusion_matrix_iou"] == 0.5
 
 
 def test_logs_tell_the_truth(trained):

@@ -295,3 +295,16 @@ def test_callbacks_run_in_phase_order_whatever_order_they_are_listed_in(tmp_path
 
     monitor = LossMonitor()
     assert ordered([stop, monitor, summary]) == [summary, monitor, stop]
+
+
+def test_the_epoch_row_has_loss_scale_and_skipped_steps_under_amp_only():
+    for amp in (True, False):
+        st = state(epochs=1, steps=4, amp=amp)
+        st.reset_epoch(1)
+        st.steps, st.overflow_steps, st.loss_scale = 4, 3, 128.0
+        EpochSummary(st).end_epoch(1, RunContext())
+        row = st.history[-1]
+        if amp:
+            assert row["loss_scale"] == 128.0 and row["skipped_steps"] == 3.0
+        else:
+            assert "loss_scale" not in row and "skipped_steps" not in row
