@@ -7,6 +7,11 @@ import math
 from engine.run_record import COLUMNS, read_results, results_path, write_results
 
 
+def header_of(run_dir) -> list[str]:
+    with open(results_path(str(run_dir)), encoding="utf-8") as f:
+        return f.readline().strip().split(",")
+
+
 def row(epoch: int, **extra) -> dict:
     base = {c: float(epoch) for c in COLUMNS}
     base["epoch"] = epoch
@@ -20,7 +25,7 @@ def test_rows_round_trip_with_nan_and_the_columns_first(tmp_path):
     back = read_results(str(tmp_path))
     assert [r["epoch"] for r in back] == [1, 2] and isinstance(back[0]["epoch"], int)
     assert math.isnan(back[0]["mAP"]) and back[1]["mAP"] == 0.25
-    assert open(results_path(str(tmp_path))).readline().strip().split(",") == list(COLUMNS)
+    assert header_of(tmp_path) == list(COLUMNS)
     assert (tmp_path / "results.png").stat().st_size > 0
 
 
@@ -31,7 +36,6 @@ def test_a_run_written_before_the_loss_scale_columns_resumes_with_them(tmp_path)
     old = read_results(str(tmp_path))
     write_results([*old, row(2, loss_scale=512.0, skipped_steps=3.0)], str(tmp_path))
     back = read_results(str(tmp_path))
-    header = open(results_path(str(tmp_path))).readline().strip().split(",")
-    assert header == [*COLUMNS, "loss_scale", "skipped_steps"]
+    assert header_of(tmp_path) == [*COLUMNS, "loss_scale", "skipped_steps"]
     assert math.isnan(back[0]["loss_scale"]) and math.isnan(back[0]["skipped_steps"])
     assert back[1]["loss_scale"] == 512.0 and back[1]["skipped_steps"] == 3.0
