@@ -46,7 +46,7 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
     assert report["num_classes"] == 3  # model.num_classes is null: taken from the checkpoint
     assert report["input_shape"] == [1, 3, 128, 128]
     assert report["output_shapes"] == [[1, 20, 6], [1]]
-    assert report["max_abs_diff"] <= 1e-5
+    assert report["max_abs_diff"] <= 1e-5  # the same kernels run the file: 0 measured
     assert report["example_detections"] == 20  # max_det boxes for the one image
 
 

@@ -206,6 +206,9 @@ def test_two_ranks_metrics_equal_eval_py_on_the_best_checkpoint(two_ranks, cache
 def test_two_ranks_lower_the_loss_and_record_the_launch(two_ranks):
     run_dir, out = two_ranks
     rows = results(run_dir)
+    # Weak and CPU-sensitive: epoch 2 over epoch 1 measured 0.972-0.992 under the CPU
+    # variants of docs/porting.md, and 0.989 with the rate at 0 (each epoch's mean is over
+    # other batches of rank 0's shard), so this does not show that the ranks train.
     assert rows[1]["loss_total"] < rows[0]["loss_total"]
     launch_txt = Path(run_dir, "launch.txt").read_text()
     assert "run_distributed_train.sh 2 runtime=cpu" in launch_txt
@@ -307,9 +310,9 @@ def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
     assert all(int(r["world"]) == 8 for r in ranks)
 
     reference, losses = one_process_reference(tmp_path / "reference.npz")
-    assert losses[-1] < 0.2 * losses[0]
+    assert losses[-1] < 0.2 * losses[0]  # 0.065 under every CPU variant of docs/porting.md
     for name, value in reference.items():
-        for rank, got in enumerate(ranks):
+        for rank, got in enumerate(ranks):  # <= 4% of the tolerance used, every variant
             np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{rank}")
     # Each rank's loss is its own shard's: they differ, and every one went down.
     assert len({float(r["losses"][0]) for r in ranks}) > 1

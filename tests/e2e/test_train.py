@@ -66,7 +66,7 @@ def test_logs_tell_the_truth(trained):
     for row in rows:
         assert all(np.isfinite(row[k]) for k in ("loss_total", "loss_iou", "loss_obj"))
         parts = row["loss_iou"] + row["loss_obj"] + row["loss_cls"] + row["loss_l1"]
-        assert row["loss_total"] == pytest.approx(parts, rel=1e-4)  # the terms add up
+        assert row["loss_total"] == pytest.approx(parts, rel=1e-4)  # the terms add up (3e-8)
     assert rows[0]["loss_l1"] == 0 and rows[-1]["loss_l1"] > 0  # L1 on in the no-aug epoch
     log = Path(os.path.join(run_dir, "train.log")).read_text()
     assert "amp O2" in log and "cannot sink data on CPU" in log
@@ -92,7 +92,9 @@ def test_console_has_no_framework_warnings(trained):
 
 # Four images, one batch, no augmentation: the same batch every step, so the loss must
 # fall far more than run-to-run (and machine-to-machine) rounding can move it. Measured on
-# the development CPU: 12.3 -> 8.9 over 30 steps (first three 12.08, last three 8.83).
+# the development CPU: 12.3 -> 8.9 over 30 steps (first three 12.08, last three 8.83);
+# under the CPU variants of docs/porting.md last/first was 0.585-0.711 (the trajectory
+# moves with the CPU), 0.81 with a tenth of the rate, and exactly 1.0 with the rate at 0.
 OVERFIT = [
     "data.num_train=4",
     "data.num_val=4",
@@ -113,7 +115,7 @@ def test_training_fits_a_fixed_batch(tmp_path, cache_dir):
     total = [r["loss_total"] for r in read_results(tmp_path / "overfit")]
     assert len(total) == 30
     first, last = np.mean(total[:3]), np.mean(total[-3:])
-    assert last < 0.85 * first, total
+    assert last < 0.9 * first, total  # catches a run that does not train (1.0)
 
 
 def final_weights(run_dir) -> dict[str, np.ndarray]:

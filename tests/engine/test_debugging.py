@@ -99,7 +99,8 @@ def test_profiler_writes_the_run_folder_and_prints_top_operators(debug_run):
     # in it, ordered by time, with shares that add up to at most the whole.
     assert {"Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"} <= set(names), names
     assert times == sorted(times, reverse=True) and times[0] > 0
-    assert sum(float(row[2].rstrip("%")) for row in table) <= 100.5
+    # Each share is printed to 0.1%: at most 0.05 over per row (measured sum 94.8 of 15).
+    assert sum(float(row[2].rstrip("%")) for row in table) <= 100 + 0.05 * len(table)
     assert "will be deprecated" not in out.stdout + out.stderr  # the current profiler API
 
 

@@ -121,8 +121,11 @@ def test_resize_matches_the_originals_preprocess(size):
     ours, t = _resize(images, targets, base, size)
     assert ours.shape == tuple(ref_images.shape)
     # float32 rounding of the source coordinate (~3e-5 px near 300) times pixel steps of
-    # up to 255: both sides are that far from the exact (float64) result; measured 3.5e-3.
-    np.testing.assert_allclose(ours, ref_images.numpy(), rtol=0, atol=1e-2)
+    # up to 255: both sides are that far from the exact (float64) result. Measured 3.6e-3
+    # with PyTorch's AVX2/AVX-512 kernels, 4.6e-5 with its scalar ones (ATEN_CPU_CAPABILITY
+    # =default); 3 ulp of a coordinate below 512 px times 255 is 2.3e-2. align_corners or
+    # a half-pixel shift would be off by tens.
+    np.testing.assert_allclose(ours, ref_images.numpy(), rtol=0, atol=5e-2)
     np.testing.assert_allclose(t, ref_targets.numpy(), rtol=1e-6)
 
 

@@ -3,10 +3,13 @@
 Same converted weights, same batch (targets included): loss components and foreground
 count from the full network in train mode, then one SGD step (Nesterov momentum 0.9,
 weight decay on conv weights only, as YOLOX's parameter groups). After the step every
-weight and BatchNorm statistic is within 1e-4 of the original's, except where float32
+weight and BatchNorm statistic is within 3e-4 of the original's, except where float32
 rounding itself is larger: the stem conv sees 0-255 pixels and moves by ~0.6 in one step,
-and there PyTorch float32 already differs from PyTorch float64 by ~1.2e-4. So weights are
-compared with the original run in float64, allowing 3x PyTorch's own float32 error.
+and there PyTorch float32 already differs from PyTorch float64 by 6e-5 to 1.2e-4. So
+weights are compared with the original run in float64, allowing 10x PyTorch's own float32
+error (as porting.report does). Measured: at most 21% of that bound (the stem with oneDNN
+at AVX2: 1.4e-4 vs PyTorch's 7.7e-5; dark2 at SSE41 and AVX512_CORE: 6.5e-5), 62% of the
+former max(1e-4, 3x); Nesterov off or the rate 5% off still move 250 and 123 tensors past it.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def test_one_sgd_step_matches_pytorch(counts=COUNTS):
     ref = {k: out[k] for k in ("total_loss", "iou_loss", "conf_loss", "cls_loss")}
     ours = {"total_loss": total, "iou_loss": iou, "conf_loss": obj, "cls_loss": cls}
     print(f"\nmsdet {ours} num_fg={num_fg}\nyolox {ref} fg/gt={float(out['num_fg'])}")
-    for k, v in ref.items():
+    for k, v in ref.items():  # measured <= 2.3e-6 relative under every CPU variant
         assert ours[k] == pytest.approx(v, rel=1e-3), k
     assert l1 == 0.0
     assert round(float(out["num_fg"]) * max(sum(counts), 1)) == num_fg
@@ -98,5 +101,5 @@ def test_one_sgd_step_matches_pytorch(counts=COUNTS):
         f"PyTorch float32 {torch_err[worst]:.2e}"
     )
     for name, err in ours_err.items():
-        assert err < max(1e-4, 3 * torch_err[name]), name
-    assert np.median(list(ours_err.values())) < 1e-6
+        assert err < max(3e-4, 10 * torch_err[name]), name
+    assert np.median(list(ours_err.values())) < 1e-6  # measured 1.2e-7 under every variant

@@ -1,8 +1,9 @@
 """The port computes what the PyTorch original computes (YOLOX 0.3.0, eval mode).
 
 Two views of parity:
-- module by module, each fed the original's input: every module agrees within 1e-4
-  (measured ~1e-6, float32 rounding), which pins every weight and layer;
+- module by module, each fed the original's input: every module agrees within 3e-4
+  (measured up to 6.5e-5, float32 rounding; 0.4-1.4 with a BatchNorm eps of 1e-5), which
+  pins every weight and layer;
 - end to end, both in float32 against the original run in float64: float32 rounding
   grows through ~100 layers of a random-init network (PyTorch float32 itself differs from
   its float64 by up to ~1e-3 on a score), so the end-to-end check bounds mean and max
@@ -90,11 +91,15 @@ def test_decoded_outputs_match_pytorch(name, mode):
     img = x.shape[-1]
     anchors = (img // 8) ** 2 + (img // 16) ** 2 + (img // 32) ** 2
     assert ours.shape == out32.shape == (2, anchors, 5 + NUM_CLASSES)
-    # Calibration makes the comparison meaningful: scores spread, not all at the prior.
+    # Calibration makes the comparison meaningful: scores spread, not all at the prior
+    # (seeded weights: nano 0.108 / 0.289, tiny 0.047 / 0.253; rounding moves the 6th digit).
     assert out32[..., 4].std() > 0.02 and out32[..., 5:].std() > 0.05
     e_ms, e_pt = errors(ours, out64), errors(out32, out64)
     print(f"\n{name} {mode}: msdet fp32 vs original fp64 {e_ms}\n  original fp32 vs fp64 {e_pt}")
-    assert e_ms["score_mean"] < 2e-5 and e_ms["box_mean"] < 1e-4
+    # Measured (nano / tiny, worst of the CPU variants in docs/porting.md): score_mean
+    # 1.1e-5 / 6.8e-6, box_mean 7.1e-5 / 3.8e-5 (oneDNN at SSE41), score_max 1.4e-3 /
+    # 2.1e-4, box_max 1.2e-2 / 5.7e-3; a BatchNorm eps 10% off gives score_mean 2.4e-2.
+    assert e_ms["score_mean"] < 1e-4 and e_ms["box_mean"] < 5e-4
     assert e_ms["score_max"] < 5e-3 and e_ms["box_max"] < 5e-2
 
 
@@ -106,17 +111,19 @@ def test_every_module_matches_pytorch(name):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
         pt, net, x = ported_pair(name)
-        rows = compare_modules(pt, net, x, atol=1e-4, rtol=1e-4)
+        rows = compare_modules(pt, net, x, atol=3e-4, rtol=3e-4)
     finally:
         ms.set_context(mode=ms.GRAPH_MODE)
     print("\n" + format_table(rows))
     neck_blocks = 4 if name == "yolox_darknet53" else 8  # YOLOFPN's 4, PAFPN's 8
     assert len(rows) == 5 + neck_blocks + 3 * 6 + 1
     assert first_failure(rows) is None
-    # Darknet53's dark5 (14 convolutions, up to 1024 channels, in one module) lands at
-    # max rel 8.6e-5 from PyTorch float32; that is PyTorch's own rounding: run in float64
-    # on the same input, PyTorch float32 is 8.2e-5 from it and msdet 2.9e-5 (measured).
-    assert max(r.max_rel for r in rows) < (1e-4 if name == "yolox_darknet53" else 5e-5)
+    # Measured max_rel: nano 2.9e-5 (oneDNN at AVX2) to 6.5e-5 (AVX512_CORE, the decoded
+    # head output: 5e-5 failed there), tiny 2.2e-5, Darknet53 8.6e-5 (its dark5, 14
+    # convolutions up to 1024 channels: PyTorch float32 is 8.2e-5 from float64 there, msdet
+    # 2.9e-5); rows used <= 43% of the former atol = rtol = 1e-4. A BatchNorm eps of 1e-5
+    # instead of 1e-3 gives 0.4-1.4.
+    assert max(r.max_rel for r in rows) < 3e-4
 
 
 @pytest.mark.slow
@@ -138,7 +145,7 @@ def test_swapped_bn_parameters_are_caught():
         ms.set_context(mode=ms.GRAPH_MODE)
     assert first_failure(rows).module == "backbone.backbone.dark3"
     assert all(r.passed for r in rows[:2])  # stem and dark2 still agree
-    assert e_ms["score_max"] > 5e-2 or e_ms["box_max"] > 5e-1
+    assert e_ms["score_max"] > 5e-2 or e_ms["box_max"] > 5e-1  # measured 0.997 and 91.8
 
 
 def test_bn_names_map_to_mindspore():

@@ -89,11 +89,14 @@ def _close(got: np.ndarray, ref: np.ndarray, rel: float, what: str) -> None:
 def test_matches_batchnorm_and_silu_in_graph_mode(library, graph_mode, shape):
     ref, got, ref_stats, got_stats = _run_both(library, shape)
     for name, r, g in zip(("output", "grad input", "grad gamma", "grad beta"), ref, got):
-        # float32 rounding (MindSpore's CPU Sigmoid is itself ~2e-6 from float64)
+        # float32 rounding (MindSpore's CPU Sigmoid is itself ~2e-6 from float64): measured
+        # <= 1.2e-6 under every CPU variant of docs/porting.md, 17x below
         _close(g, r, 2e-5, name)
-    # the running statistics move as MindSpore's BatchNorm moves them (unbiased variance)
+    # the running statistics move as MindSpore's BatchNorm moves them (unbiased variance):
+    # measured 4.8-5.2e-7 under every variant, the kernel's batch weight 1 - 0.97f in float32
+    # (MindSpore's: 1.1e-7 from float64); 5e-6 is 10x that, 39x below a biased variance
     for name, r, g in zip(("moving mean", "moving variance"), ref_stats, got_stats):
-        _close(g, r, 1e-6, name)
+        _close(g, r, 5e-6, name)
 
 
 def test_matches_in_pynative_mode(library):
@@ -104,7 +107,7 @@ def test_matches_in_pynative_mode(library):
     finally:
         ms.set_context(mode=previous)
     for r, g in zip(ref + ref_stats, got + got_stats):
-        _close(g, r, 2e-5, "pynative")
+        _close(g, r, 2e-5, "pynative")  # measured <= 9.7e-7 under every CPU variant
 
 
 def test_thread_count_does_not_change_results(library, graph_mode):
@@ -142,6 +145,7 @@ def test_base_conv_fuses_only_training_batch_statistics(library, graph_mode):
     x = ms.Tensor(np.random.default_rng(4).standard_normal((2, 4, 10, 10)).astype(np.float32))
     for cell in (fused, plain):
         cell.set_train(True)
+    # measured <= 3.7e-7 and 6e-8 (running variances here are ~1) under every CPU variant
     _close(fused(x).asnumpy(), plain(x).asnumpy(), 2e-5, "training")
     _close(fused.bn.moving_variance.asnumpy(), plain.bn.moving_variance.asnumpy(), 1e-6, "stats")
     # evaluation and a BatchNorm frozen to its running statistics (train.freeze) use them,
@@ -160,6 +164,7 @@ def test_base_conv_fuses_only_training_batch_statistics(library, graph_mode):
             outs.append(cell(x).asnumpy())
             np.testing.assert_array_equal(cell.bn.moving_mean.asnumpy(), mean)
             np.testing.assert_array_equal(cell.bn.moving_variance.asnumpy(), var)
+        # measured <= 2.8e-7 under every CPU variant
         _close(outs[0], outs[1], 2e-5, f"train={train} use_batch_statistics={frozen}")
 
 

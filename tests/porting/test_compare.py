@@ -81,9 +81,11 @@ def test_converted_checkpoint_passes_and_json_is_parsed(checkpoint, image, tmp_p
     assert [r["module"] for r in rows] == FORWARD_ROWS
     assert set(rows[0]) == {"module", "shape", "max_abs", "max_rel", "passed", "note"}
     assert rows[0]["shape"] == [1, 16, 32, 32]  # the stem on a 64 px input
-    # Each module fed the original's input agrees to float32 rounding.
-    assert max(r["max_rel"] for r in rows[:31]) < 5e-5
-    # NMS on the same decoded predictions: the same detections, bit for bit.
+    # Each module fed the original's input agrees to float32 rounding: measured 3.3e-5
+    # with oneDNN at AVX2, 4.0e-5 at SSE41, 5.1e-5 at AVX512_CORE (5e-5 failed there).
+    assert max(r["max_rel"] for r in rows[:31]) < 3e-4
+    # NMS on the same decoded predictions: the same detections, bit for bit (boxes are
+    # cx -+ w * 0.5 and scores one product: correctly rounded on every CPU).
     assert rows[-1]["max_abs"] == 0.0 and rows[-1]["shape"][1] == 6
 
 
@@ -165,6 +167,8 @@ def test_training_step_matches(capsys, tmp_path):
     assert report["train_step"] is True and report["first_failure"] is None
     for term in ("total", "iou", "obj", "cls", "l1"):
         assert rows[f"train: loss {term}"]["passed"]
+    # Measured, worst of the CPU variants in docs/porting.md: loss total 1.3e-6, loss
+    # gradient 3.6e-7, module gradients 9.1e-6, group gradient norms 2.0e-4.
     assert rows["train: loss total"]["max_rel"] < 1e-4
     assert "msdet 9, original 9" in rows["train: foreground anchors"]["note"]
     assert rows["train: loss gradient"]["max_rel"] < 1e-5
