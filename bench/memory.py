@@ -19,6 +19,7 @@ The last line is ``RESULT {json}``.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import json
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
             ],
         )
     prepare_config(cfg)
-    rt = setup_runtime(cfg.runtime, ".")
+    rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-bench-"))
     import mindspore as ms
 
     from engine.amp import apply_amp

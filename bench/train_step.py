@@ -19,6 +19,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from hydra import compose, initialize_config_dir
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = prepare_config(compose("config", overrides=["runtime=cpu", *args.overrides]))
     print_header("msdet " + ("inference" if args.infer else "training step"))
-    rt = setup_runtime(cfg.runtime, ".")
+    rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-bench-"))
     if args.infer:
         result = run_infer(cfg, rt, args.steps, args.warmup, args.num_classes)
     else:

@@ -7,6 +7,8 @@ import os
 import mindspore as ms
 from mindspore import nn
 
+AMP_FOLDER = "amp"  # in the run folder: where MindSpore's O1 rewrite runs and logs
+
 
 def apply_amp(net: nn.Cell, rt) -> nn.Cell:
     """Mixed precision at ``rt.amp_level`` (O0: ``net`` itself), run from the run folder.
@@ -16,10 +18,15 @@ def apply_amp(net: nn.Cell, rt) -> nn.Cell:
     """
     if rt.amp_level == "O0":
         return net
-    # auto_mixed_precision writes ./rewritten_network/ (its rewrite log): keep it in the run.
+    # O1's rewrite writes ./rewritten_network/ (its log), and it treats every module under the
+    # working directory as user code to rewrite: run from the repository root, where a
+    # .venv holds MindSpore itself, it descends into MindSpore's own functions and fails on
+    # their C++ primitives. A folder of its own in the run folder holds neither.
     # (os.chdir by hand: contextlib.chdir is Python 3.11+.)
+    folder = os.path.join(rt.run_dir, AMP_FOLDER)
+    os.makedirs(folder, exist_ok=True)
     previous = os.getcwd()
-    os.chdir(rt.run_dir)
+    os.chdir(folder)
     try:
         return mixed_precision(net, rt.amp_level)
     finally:
