@@ -19,10 +19,10 @@ The last line is ``RESULT {json}``.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import json
 import subprocess
 import sys
+import tempfile
 
 from bench.common import print_header, print_result, read_result
 
