@@ -203,13 +203,17 @@ def test_two_ranks_metrics_equal_eval_py_on_the_best_checkpoint(two_ranks, cache
 
 
 @pytest.mark.slow
-def test_two_ranks_lower_the_loss_and_record_the_launch(two_ranks):
+def test_two_ranks_train_and_record_the_launch(two_ranks):
+    """Epoch 2 moved every rank's weights away from epoch 1's (that the update is the
+    average of both ranks' gradients is test_two_rank_step_equals_...). A falling epoch
+    loss said nothing here: epoch 2 over epoch 1 measured 0.972-0.992 under the CPU
+    variants of docs/porting.md, and 0.989 with the rate at 0."""
     run_dir, out = two_ranks
-    rows = results(run_dir)
-    # Weak and CPU-sensitive: epoch 2 over epoch 1 measured 0.972-0.992 under the CPU
-    # variants of docs/porting.md, and 0.989 with the rate at 0 (each epoch's mean is over
-    # other batches of rank 0's shard), so this does not show that the ranks train.
-    assert rows[1]["loss_total"] < rows[0]["loss_total"]
+    assert len(results(run_dir)) == 2
+    first = ms.load_checkpoint(os.path.join(run_dir, "checkpoints", "epoch_0001.ckpt"))
+    last = np.load(os.path.join(run_dir, WEIGHTS_FILE.format(rank=1)))  # rank 1's own weights
+    moved = [k for k in last.files if not np.array_equal(last[k], first[k].asnumpy())]
+    assert len(moved) > 0.9 * len(last.files), (len(moved), len(last.files))
     launch_txt = Path(run_dir, "launch.txt").read_text()
     assert "run_distributed_train.sh 2 runtime=cpu" in launch_txt
     assert re.search(r"msrun --worker_num=2 --local_worker_num=2 .*dp_entry.py", launch_txt)
