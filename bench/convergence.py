@@ -46,6 +46,7 @@ def run_msdet(args, out: str) -> dict:
         f"train.eval_interval={args.epochs}",
         f"train.time_limit_min={args.minutes}",
         "train.tensorboard=false",
+        "train.overwrite=true",  # a repeated benchmark replaces its last run
         f"train.multiscale_range={args.multiscale}",
         *args.set,
         f"hydra.run.dir={run_dir}",
