@@ -13,8 +13,9 @@ end with the same final line, logged, so that the run's log file keeps it; a run
 early ends with the percentage it reached. ``MSDET_PROGRESS=bar|lines|off`` forces a mode
 (``auto``, the default: a bar when stderr is a terminal).
 
-While a bar is drawn, console logging and ``print`` (MindSpore's LossMonitor prints) go
-through ``tqdm.write``, so their lines appear above the bar instead of being glued to it.
+While a bar is drawn, console logging and ``print`` (MindSpore's LossMonitor prints) write
+each line with the bar cleared and redrawn after it (``tqdm.external_write_mode``), so that
+their lines appear above the bar instead of glued to it.
 
 This lives in ``data/``, the lowest layer that reports progress (data generation); the
 engine (training steps, evaluation, prediction) imports it from here. ``models`` and ``ops``
@@ -118,18 +119,19 @@ class Progress:
             self._maybe_line()
 
     def close(self) -> None:
-        """Clear the bar and log the final line (once; nothing in mode ``off``)."""
+        """Clear the bar and log the final line (once; nothing in mode ``off``, nor for
+        no work at all: a total of 0, or none counted of an unknown total)."""
         if self._closed:
             return
         self._closed = True
         if self._bar is not None:
             self._bar.close()
         self._output.close()
-        if self.mode != "off" and self._logged_n != self.n:
+        if self.mode != "off" and self._logged_n != self.n and (self.n or self.total):
             self._line()
 
     def line(self) -> str:
-        """The progress as one line: ``desc:  40% 12/30 [00:12<00:18, 1.00step/s]``."""
+        """The progress as one line: ``desc: 40% 12/30 [00:12<00:18, 1.00step/s]``."""
         fmt = _BAR_FORMAT if self.total is not None else _COUNT_FORMAT
         text = tqdm.format_meter(
             self.n,

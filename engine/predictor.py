@@ -32,6 +32,7 @@ from data.transforms import letterbox
 from data.visualize import draw_boxes
 from engine.cli import apply_described_size, prepare_config
 from engine.evaluator import detection_records, detections_in_image
+from engine.runtime import Runtime, setup_runtime
 
 log = logging.getLogger("predict")
 
@@ -40,7 +41,7 @@ PREDICTIONS_FILE = "predictions.json"
 LABELS_DIR = "labels"
 FRAMES_SUFFIX = ".frames.json"
 
-_process_runtime: Any = None  # the Runtime Predictor.load set up (once per process)
+_process_runtime: Runtime | None = None  # what Predictor.load set up (once per process)
 
 
 @dataclass
@@ -158,7 +159,7 @@ class Predictor:
         typed = dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
         if conf is not None:
             cfg.predict.conf, typed["predict.conf"] = float(conf), str(conf)
-        return cls(cfg, host_nms=_set_up_once(cfg.runtime).host_nms, typed=typed)
+        return cls(cfg, host_nms=_set_up_once(cfg.runtime), typed=typed)
 
     def predict(self, image: str | os.PathLike | np.ndarray) -> Detections:
         """Detect in an image file or array (uint8 BGR [H, W, 3], as ``cv2.imread`` gives;
@@ -214,13 +215,23 @@ class Predictor:
         return names, ids
 
 
-def _set_up_once(runtime_cfg: Any) -> Any:
-    """The process's Runtime: set up by the first :meth:`Predictor.load`, then reused."""
+def _set_up_once(runtime_cfg: Any) -> bool:
+    """Set the process up by the first :meth:`Predictor.load` (later ones reuse it);
+    returns whether NMS runs on the host (``Runtime.host_nms``)."""
     global _process_runtime
     if _process_runtime is None:
-        from engine.runtime import setup_runtime
-
-        _process_runtime = setup_runtime(runtime_cfg, ".")
+        try:
+            _process_runtime = setup_runtime(runtime_cfg, ".")
+        except RuntimeError as err:
+            if "has been initialized" not in str(err):  # e.g. no such device here
+                raise
+            # MindSpore ran a kernel before: its device is fixed for this process.
+            log.warning(
+                "Predictor.load could not set MindSpore up (%s): it predicts where MindSpore "
+                "already runs; call Predictor.load before other MindSpore work to choose",
+                (str(err).strip().splitlines() or [type(err).__name__])[0],
+            )
+            return False
     elif runtime_cfg.device not in ("auto", _process_runtime.device):
         log.warning(
             "MindSpore runs on %s in this process (set up by the first Predictor.load); "
@@ -228,7 +239,7 @@ def _set_up_once(runtime_cfg: Any) -> Any:
             _process_runtime.device,
             runtime_cfg.device,
         )
-    return _process_runtime
+    return _process_runtime.host_nms
 
 
 def predict_source(

@@ -83,6 +83,10 @@ def test_unknown_total_counts_and_ends_with_the_count():
     bar.update(5)
     bar.close()
     assert len(bar.lines) == 1 and bar.lines[0].startswith("camera 0: 5 frame [")
+    for total in (0, None):  # nothing to do, nothing done: no line
+        bar = Progress(total, "no videos", mode="lines", logger=log)
+        bar.close()
+        assert bar.lines == []
 
 
 def test_mode_auto_is_a_bar_on_a_terminal_only(monkeypatch):
