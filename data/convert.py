@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from data.image_io import ImageReadError, read_image
+from data.progress import progress
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 VOC_CLASSES = (
@@ -67,7 +68,8 @@ def yolo_to_coco(images_dir: str, labels_dir: str, class_names: Sequence[str]) -
     if not os.path.isdir(labels_dir):
         raise ConversionError(f"label folder not found: {labels_dir}")
     images, annotations = [], []
-    for rel in _image_files(images_dir):
+    files = _image_files(images_dir)
+    for rel in progress(files, len(files), "reading images", "img"):
         try:
             height, width = read_image(os.path.join(images_dir, rel)).shape[:2]
         except ImageReadError as err:
@@ -139,7 +141,7 @@ def voc_to_coco(voc_root: str, split: str, class_names: Sequence[str] = VOC_CLAS
         ids = [line.split()[0] for line in f if line.strip()]
     category_of = {name: k + 1 for k, name in enumerate(class_names)}
     images, annotations = [], []
-    for voc_id in ids:
+    for voc_id in progress(ids, len(ids), f"reading {split}", "img"):
         xml_path = os.path.join(voc_root, "Annotations", f"{voc_id}.xml")
         image, objects = _read_voc_xml(xml_path, voc_root, category_of)
         image["id"] = len(images) + 1

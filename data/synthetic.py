@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 import cv2
 import numpy as np
 
+from data.progress import progress
+
 log = logging.getLogger(__name__)
 
 # Every kind the generator can draw, with its (deliberately non-contiguous) category id.
@@ -172,7 +174,8 @@ def generate_shapes(
             }
 
         with ThreadPoolExecutor(workers) as pool:
-            written = list(pool.map(write_one, range(count)))
+            images = pool.map(write_one, range(count))
+            written = list(progress(images, count, f"shapes {split}", "img", logger=log))
         _write_annotations(
             os.path.join(out_dir, ANN_FILES[split]),
             written,

@@ -34,6 +34,7 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 from data.pipeline import first_no_aug_epoch
+from data.progress import Progress
 from engine.checkpoint import META_BAD_EVALS, META_BEST, META_EPOCH
 from engine.memory import release_free_heap
 from engine.run_record import write_results
@@ -548,6 +549,43 @@ class UnreadableImagesReport(EpochCallback):
         n = self.stats.take_epoch_count(epoch - 1)
         if n:
             log.warning("epoch %d: %d unreadable training images were skipped", epoch, n)
+
+
+class StepProgress(EpochCallback):
+    """A bar with ETA over the steps of each epoch, beside LossMonitor (whose lines it keeps
+    above the bar); a line every 10% when the output is not a terminal (``data.progress``).
+
+    With data sinking MindSpore reports step ends once per sink: the bar moves a sink at a
+    time, to the step MindSpore has counted, and ends at 100% with the epoch.
+    """
+
+    phase = MEASURE
+
+    def __init__(self, state: TrainState, every: float = 10.0):
+        super().__init__(state)
+        self.every = every
+        self.bar: Progress | None = None
+
+    def begin_epoch(self, epoch, run_context):
+        self._close()
+        desc = f"epoch {epoch}/{self.state.epochs}"
+        self.bar = Progress(self.state.steps_per_epoch, desc, "step", self.every, logger=log)
+
+    def on_train_step_end(self, run_context):
+        if self.bar is not None:
+            cb = run_context.original_args()
+            self.bar.update_to((cb.cur_step_num - 1) % self.state.steps_per_epoch + 1)
+
+    def end_epoch(self, epoch, run_context):
+        self._close()
+
+    def on_train_end(self, run_context):
+        self._close()
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 class ProfilerCallback(Callback):

@@ -110,6 +110,17 @@ def prediction_records(
     name training class ``label``.
     """
     boxes, scores, labels = detections_to_original(dets, count, scale, orig_hw)
+    return detection_records(boxes, scores, labels, category_ids, class_names)
+
+
+def detection_records(
+    boxes_xywh: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    category_ids: Sequence[int],
+    class_names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """:func:`prediction_records` of detections already in original pixels (COCO boxes)."""
     return [
         {
             "bbox": [round(float(v), 2) for v in box],
@@ -117,7 +128,7 @@ def prediction_records(
             "category_id": int(category_ids[label]),
             "category_name": str(class_names[label]),
         }
-        for box, score, label in zip(boxes, scores, labels)
+        for box, score, label in zip(boxes_xywh, scores, labels)
     ]
 
 
@@ -379,7 +390,8 @@ def evaluate_on_dataset(
 
     ``dataset`` yields ``(images, index, scale)`` batches (``data.pipeline.build_eval_dataset``);
     ``source`` is its :class:`data.coco.CocoSource`. The first batch is a warm-up for the
-    speed line (graph compilation must not count). Returns the metrics (see
+    speed line (graph compilation must not count). The rank given an ``out_dir`` shows the
+    progress over the batches (``data.progress``). Returns the metrics (see
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
     ``(source index, dets, count, scale)`` for drawing. ``verbose``: print the summary
     (it is written to ``coco_summary.txt`` either way); ``plots``: the evaluation plots too
@@ -393,11 +405,15 @@ def evaluate_on_dataset(
     import mindspore as ms  # the evaluator's numpy parts stay importable without it
 
     from data.pipeline import source_position
+    from data.progress import Progress
 
     speed = SpeedMeter()
     kept: list[tuple[int, np.ndarray, int, float]] = []
     rows: dict[str, list[np.ndarray]] = {"index": [], "dets": [], "counts": [], "scale": []}
     iterator = dataset.create_tuple_iterator(num_epochs=1, output_numpy=True)
+    bar = Progress(
+        dataset.get_dataset_size(), "evaluation", "batch", 10, mode=None if out_dir else "off"
+    )
     first = True
     while True:
         with speed.measure("preprocess"):
@@ -424,6 +440,8 @@ def evaluate_on_dataset(
         for i, d, c, s in zip(index[drawable], dets[drawable], counts[drawable], scale[drawable]):
             if len(kept) < keep_images:
                 kept.append((int(i), d, int(c), float(s)))
+        bar.update()
+    bar.close()
     index, dets, counts, scale = (np.concatenate(v) for v in rows.values())
     if gather is not None:
         index, dets, counts, scale = gather(

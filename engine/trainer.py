@@ -32,6 +32,7 @@ from engine.callbacks import (
     NoAugSwitch,
     ProfilerCallback,
     ResultsCallback,
+    StepProgress,
     StepStats,
     StopAtEpoch,
     TensorBoardCallback,
@@ -451,6 +452,7 @@ def _build_callbacks(
             else:
                 cbs.append(EarlyStopping(state, int(tcfg.patience)))
         cbs += [
+            StepProgress(state),
             LossMonitor(max(1, min(int(tcfg.log_interval), steps_per_sink))),
             TimeMonitor(data_size=steps_per_sink),
         ]

@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -175,8 +176,14 @@ def convert_file(
 
     if not dst.endswith(".ckpt"):
         raise ConversionError(f"--dst must end with .ckpt (MindSpore appends it otherwise): {dst}")
+    # Stage lines with their times: even yolox_l converts in seconds, mostly one MindSpore
+    # call (building the network), which no progress bar could divide.
+    started = time.perf_counter()
     state_dict = load_torch_checkpoint(src)
+    log.info("read %d tensors from %s (%.1f s)", len(state_dict), src, _since(started))
+    started = time.perf_counter()
     net = convert_to_network(state_dict, model, num_classes)
+    log.info("built %s with the converted weights (%.1f s)", model, _since(started))
     names, ids, origin = read_class_names(class_names, net.num_classes)
     log.info("class names: %s", origin)
     size = int(img_size or YOLOX_TEST_SIZE.get(model, DEFAULT_TEST_SIZE))
@@ -185,9 +192,15 @@ def convert_file(
     )
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     tmp = dst[: -len(".ckpt")] + ".partial.ckpt"
+    started = time.perf_counter()
     ms.save_checkpoint(net, tmp, append_dict={DESCRIPTION_KEY: description.to_json()})
     os.replace(tmp, dst)  # never leave a partial file under the final name
+    log.info("wrote %s (%.1f s)", dst, _since(started))
     return len(net.parameters_dict())
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:

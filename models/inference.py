@@ -31,14 +31,17 @@ class ExportError(RuntimeError):
     """The network could not be exported, or the exported file computes something else."""
 
 
-def build_nms(eval_cfg: Any, num_classes: int, on_host: bool = False) -> BatchedNMS | HostNMS:
+def build_nms(
+    eval_cfg: Any, num_classes: int, on_host: bool = False, conf_thresh: float | None = None
+) -> BatchedNMS | HostNMS:
     """:class:`BatchedNMS` from the ``eval`` config group (conf_thresh, nms_iou, ...), or
     with ``on_host`` (``Runtime.host_nms``: the chip's NMSWithMask is float16 only) the
-    same post-processing with the suppression on the host (:class:`ops.nms.HostNMS`)."""
+    same post-processing with the suppression on the host (:class:`ops.nms.HostNMS`).
+    ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py: ``predict.conf``)."""
     kind = HostNMS if on_host else BatchedNMS
     return kind(
         num_classes,
-        conf_thresh=float(eval_cfg.conf_thresh),
+        conf_thresh=float(eval_cfg.conf_thresh if conf_thresh is None else conf_thresh),
         iou_thresh=float(eval_cfg.nms_iou),
         pre_nms_topk=int(eval_cfg.pre_nms_topk),
         max_det=int(eval_cfg.max_det),

@@ -67,7 +67,7 @@ def test_predict_writes_images_and_records_and_skips_broken_files(trained, cache
         cache_dir,
         f"ckpt={run_dir}/checkpoints/last.ckpt",
         f"source={source}",
-        "eval.conf_thresh=0.0001",
+        "predict.conf=0.0001",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     preds = json.loads(Path(out_dir / "predictions.json").read_text())
@@ -138,7 +138,7 @@ def test_a_converted_checkpoint_predicts_named_coco_classes_with_only_ckpt(tmp_p
         "runtime=cpu",
         f"ckpt={ckpt}",
         f"source={image}",
-        "eval.conf_thresh=0.0",  # random weights score ~1e-4: keep boxes to look at
+        "predict.conf=0.0",  # random weights score ~1e-4: keep boxes to look at
         "eval.max_det=10",
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -185,7 +185,7 @@ def test_a_checkpoint_without_description_still_loads_with_todays_flags(tmp_path
         "runtime=cpu",
         f"ckpt={old}",
         f"source={image}",
-        "eval.conf_thresh=0.0",
+        "predict.conf=0.0",
         "eval.max_det=5",
     ]
     out = _predict(
