@@ -119,8 +119,9 @@ class BatchedNMS(nn.Cell):
         batch, k = top_scores.shape
         m = min(self.max_det, k)
 
-        nms_boxes = cand_boxes
-        if not self.class_agnostic:
+        if self.class_agnostic:
+            nms_boxes = cand_boxes
+        else:
             # torchvision's batched_nms trick: move each class to its own region so boxes of
             # different classes never overlap. Shifting by the minimum coordinate first keeps
             # the regions apart also for boxes that stick out left/above the image (x < -1),
