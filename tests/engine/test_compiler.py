@@ -56,7 +56,10 @@ def test_the_training_key_covers_the_class_count_the_data_decide():
 def test_enable_compile_cache_sets_mindspores_cache_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
     for var in compiler.COMPILE_CACHE_VARS:
-        monkeypatch.delenv(var, raising=False)
+        # setenv first: monkeypatch restores only what it changed, and the cache switched on
+        # here must not reach later tests' subprocesses
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     folder = compiler.enable_compile_cache("key-a", "CPU", None, "2.10.0")
     assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "1"
     assert os.environ["MS_COMPILER_CACHE_PATH"] == folder
