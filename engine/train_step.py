@@ -142,6 +142,10 @@ class TrainStep(nn.Cell):
     status register, else None (``ms.amp.all_finite`` on the gradients). With a
     ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
     when this step updated no weight; :attr:`stats` sums every step for the callbacks.
+    ``accumulate`` > 1: one call per micro-batch, one optimizer step per ``accumulate``
+    calls (module docstring); a call returns the open window's mean loss terms so far
+    (``num_fg`` summed), the window's lr and scale, and ``skipped`` True only on the last
+    call of a skipped window.
     """
 
     def __init__(
