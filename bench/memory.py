@@ -12,7 +12,9 @@ does unless ``--keep-heap``, then its first run), the following steps (steady st
 for msdet, the
 same process after one inference graph. Each stage's ``peak`` is the highest resident
 memory *during* that stage, so compile-time transients show apart from what stays.
-Trailing key=value arguments are Hydra overrides for msdet (e.g. ``runtime.cpu_kernels=native``).
+Each stage also records its wall time: the steady-state stage's divided by ``--steps`` is
+the step time. Trailing key=value arguments are Hydra overrides for msdet (e.g.
+``runtime.cpu_kernels=native``, ``train.recompute=backbone``); the input size is ``--img``.
 The last line is ``RESULT {json}``.
 """
 
@@ -23,6 +25,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 
 from bench.common import print_header, print_result, read_result
 
@@ -50,17 +53,30 @@ def _reset_peak() -> bool:
 
 
 class Stages:
-    """Records (stage, resident after, peak during) as a process goes."""
+    """Records (stage, resident after, peak during, seconds) as a process goes."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self.resets = _reset_peak()
+        self.since = time.perf_counter()
 
     def mark(self, name: str) -> None:
         now, peak = _status_mb()
-        self.rows.append({"stage": name, "rss_mb": round(now, 1), "peak_mb": round(peak, 1)})
-        print(f"  {name:<34} resident {now:8.1f} MiB   peak during {peak:8.1f} MiB", flush=True)
+        seconds = time.perf_counter() - self.since
+        self.rows.append(
+            {
+                "stage": name,
+                "rss_mb": round(now, 1),
+                "peak_mb": round(peak, 1),
+                "seconds": round(seconds, 2),
+            }
+        )
+        print(
+            f"  {name:<34} resident {now:8.1f} MiB   peak during {peak:8.1f} MiB   {seconds:8.2f} s",
+            flush=True,
+        )
         _reset_peak()
+        self.since = time.perf_counter()
 
 
 def msdet_side(args, overrides: list[str]) -> dict:

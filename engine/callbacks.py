@@ -55,9 +55,10 @@ class TrainState:
     """What callbacks share: schedule, running sums of the epoch, history, best mAP."""
 
     epochs: int
-    steps_per_epoch: int
-    total_batch: int
+    steps_per_epoch: int  # optimizer steps
+    total_batch: int  # images per optimizer step: batch x ranks x accumulate
     sinks_per_epoch: int = 1
+    accumulate: int = 1  # training-step calls (micro-batches) per optimizer step
     start_epoch: int = 0
     best_map: float = -1.0
     bad_evals: int = 0  # evaluations in a row without a new best mAP (early stopping)
@@ -199,7 +200,8 @@ class StepStats(EpochCallback):
         st.overflow_steps += read["skipped"]
         if not read["skipped"]:
             return
-        last_step = (cb.cur_step_num - 1) % st.steps_per_epoch + 1
+        # MindSpore counts calls; a read with steps in it ends a window (an optimizer step).
+        last_step = (cb.cur_step_num // st.accumulate - 1) % st.steps_per_epoch + 1
         first_step = last_step - read["steps"] + read["first_skip"]
         if self.dynamic_scale:
             # A few overflows while the dynamic scale finds its level are normal (the scale
@@ -574,7 +576,8 @@ class StepProgress(EpochCallback):
     def on_train_step_end(self, run_context):
         if self.bar is not None:
             cb = run_context.original_args()
-            self.bar.update_to((cb.cur_step_num - 1) % self.state.steps_per_epoch + 1)
+            st = self.state  # MindSpore counts calls: train.accumulate of them per step
+            self.bar.update_to((cb.cur_step_num // st.accumulate - 1) % st.steps_per_epoch + 1)
 
     def end_epoch(self, epoch, run_context):
         self._close()

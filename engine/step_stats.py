@@ -38,9 +38,11 @@ NOT_SAVED = (STATS_NAME, SKIP_RUN_NAME, GENERATION_NAME, SEEN_NAME)
 class StepStatistics(nn.Cell):
     """Adds one step to the statistics vector; see the module docstring.
 
-    ``construct(losses, skipped)``: ``losses`` the (total, iou, obj, cls, l1, num_fg) tuple
-    of the loss, ``skipped`` a bool scalar: this step updated no weight (overflow or
-    non-finite gradient). A skipped step's losses are left out of the sums (they may be
+    ``construct(losses, skipped, counted=None)``: ``losses`` the (total, iou, obj, cls, l1,
+    num_fg) tuple of the loss, ``skipped`` a bool scalar: this step updated no weight
+    (overflow or non-finite gradient). ``counted`` (a bool scalar, with gradient
+    accumulation): whether this call ends an optimizer step; a call that does not adds
+    nothing, so the statistics count optimizer steps. A skipped step's losses are left out of the sums (they may be
     inf/NaN) but kept, for the first skipped step, to name the term at fault.
     ``skip_run`` (skipped steps in a row) survives the reads, so a run of skips that
     spans several sinks is counted whole.
@@ -59,7 +61,7 @@ class StepStatistics(nn.Cell):
         )
         self.seen = Parameter(ms.Tensor(0.0, ms.float32), name=SEEN_NAME, requires_grad=False)
 
-    def construct(self, losses, skipped):
+    def construct(self, losses, skipped, counted=None):
         # The first step after a read starts from zero.
         fresh = ops.broadcast_to(self.generation != self.seen, self.stats.shape)
         s = ops.select(fresh, ops.zeros_like(self.stats), self.stats)
@@ -81,8 +83,12 @@ class StepStatistics(nn.Cell):
             ]
         )
         first_losses = ops.select(ops.broadcast_to(first, (5,)), values[:5], s[FIRST_SKIP_LOSSES])
+        new = ops.concat((head, counters, first_losses))
+        if counted is not None:
+            new = ops.select(ops.broadcast_to(counted, new.shape), new, s)
+            run = ops.select(counted, run, self.skip_run)
         ops.assign(self.skip_run, run)
-        return ops.assign(self.stats, ops.concat((head, counters, first_losses)))
+        return ops.assign(self.stats, new)
 
 
 def read_and_reset(stats: StepStatistics) -> dict:

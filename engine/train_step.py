@@ -11,15 +11,49 @@ series), the register is cleared before the step (forward and backward are one g
 and read and cleared after the backward pass; the overflow flag is then summed over the
 ranks, so every rank skips the same steps and the weights stay identical. A skipped step still advances the learning-rate schedule and the EMA, as every
 iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_stats``).
+
+Gradient accumulation (``accumulate`` = k > 1): the Cell is called once per micro-batch
+and one optimizer step spans k calls, a *window*. Each call adds its (rank-averaged,
+still loss-scaled) gradients to Parameter buffers ``accumulate.grad.<name>``; the k-th
+call divides the sum by k (and the loss scale), clips, decides on overflow for the whole
+window, and makes the one optimizer step, EMA update, LR step and loss-scale adjustment;
+the buffers restart at zero. Why this design rather than k micro-batches per call (a
+k x batch input split by a static loop inside the graph):
+
+- memory, the reason to accumulate: one micro-batch's activations live at a time, plus
+  one gradient-sized buffer; an unrolled loop would hold k forward/backward copies in one
+  graph, and compile k times the operators (YOLOX graphs already take minutes per size);
+- one graph, the same as without accumulation, so multi-scale (a graph per size) and data
+  sinking (one graph run ``sink size x k`` times on the device) work unchanged: the
+  window's position is a Parameter counter, not Python control flow;
+- the data pipeline keeps its batch; the micro-batch is ``train.batch_size``.
+
+(MindYOLO accumulates on the host instead: its step returns the gradients, Python adds
+them and calls the optimizer every k-th step, which cannot run inside a data sink.)
+
+The cost is that MindSpore's own step counters (callbacks' ``cur_step_num``, a sink's
+length) count calls, i.e. micro-batches: the trainer converts (``engine.trainer``), and
+the in-graph statistics count optimizer steps (a window adds one step, with the window's
+mean losses and summed foreground count, only on its last call). Gradients are reduced
+over ranks on every micro-batch: the AllReduce stays outside graph control flow, where
+collectives are safe on every backend, at k times the communication of reducing once per
+window. Overflow: a non-finite gradient (or status-register flag, or fp32 non-finite
+loss) in any micro-batch of any rank skips the whole window's step. The counters and
+buffers are Parameters of this Cell, saved in checkpoints with it, so a save in the
+middle of a window resumes exactly; the trainer saves at epoch ends only, where a window
+never stays open (an epoch holds whole windows).
 """
 
 from __future__ import annotations
 
 import mindspore as ms
+import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from engine.step_stats import StepStatistics
 from models.checkpoint import EMA_PREFIX
+
+ACCUMULATE_PREFIX = "accumulate."  # the accumulation window's Parameters (k > 1 only)
 
 EMA_RAMP = 2000.0  # YOLOX: decay * (1 - exp(-updates / 2000))
 
@@ -39,6 +73,19 @@ _unscale = ops.MultitypeFuncGraph("unscale")
 @_unscale.register("Tensor", "Tensor")
 def _unscale_one(scale, grad):
     return grad / scale.astype(grad.dtype)
+
+
+_accumulate = ops.MultitypeFuncGraph("accumulate")
+
+
+@_accumulate.register("Tensor", "Tensor", "Tensor")
+def _accumulate_one(closes, total, grad):
+    # The window's sum so far, this micro-batch included; the buffer keeps it, or restarts
+    # at zero when this call closes the window (select: a skipped window's inf must not
+    # reach the next one, as 0 * inf would).
+    value = total + grad.astype(total.dtype)
+    kept = ops.select(ops.broadcast_to(closes, value.shape), ops.zeros_like(value), value)
+    return ops.depend(value, ops.assign(total, kept))
 
 
 class ModelEMA(nn.Cell):
@@ -95,6 +142,10 @@ class TrainStep(nn.Cell):
     status register, else None (``ms.amp.all_finite`` on the gradients). With a
     ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
     when this step updated no weight; :attr:`stats` sums every step for the callbacks.
+    ``accumulate`` > 1: one call per micro-batch, one optimizer step per ``accumulate``
+    calls (module docstring); a call returns the open window's mean loss terms so far
+    (``num_fg`` summed), the window's lr and scale, and ``skipped`` True only on the last
+    call of a skipped window.
     """
 
     def __init__(
@@ -109,8 +160,11 @@ class TrainStep(nn.Cell):
         scale_window: int = 2000,
         skip_nonfinite: bool = False,
         float_status: tuple | None = None,
+        accumulate: int = 1,
     ):
         super().__init__(auto_prefix=False)
+        if int(accumulate) < 1:
+            raise ValueError(f"train.accumulate must be >= 1, got {accumulate}")
         self.net_with_loss = net_with_loss
         self.optimizer = optimizer
         self.weights = optimizer.parameters
@@ -139,12 +193,41 @@ class TrainStep(nn.Cell):
         self.unscale = dynamic_scale or float(loss_scale) != 1.0
         self.hyper_map = ops.HyperMap()
         self.grad_fn = ms.value_and_grad(self._scaled_forward, None, self.weights, has_aux=True)
+        self.accumulate = int(accumulate)
+        if self.accumulate > 1:
+            self._init_accumulation()
+
+    def _init_accumulation(self):
+        """The window's state (see the module docstring), all Parameters named ``accumulate.*``."""
+        self.grad_sums = ParameterTuple(
+            [
+                Parameter(
+                    ms.Tensor(np.zeros(p.shape, np.float32)),
+                    name=ACCUMULATE_PREFIX + "grad." + p.name,
+                    requires_grad=False,
+                )
+                for p in self.weights
+            ]
+        )
+        self.micro_step = Parameter(  # micro-batches of the open window already added
+            ms.Tensor(0, ms.int32), name=ACCUMULATE_PREFIX + "micro_step", requires_grad=False
+        )
+        self.window_bad = Parameter(  # 1.0 once a micro-batch of the window overflowed
+            ms.Tensor(0.0, ms.float32), name=ACCUMULATE_PREFIX + "overflow", requires_grad=False
+        )
+        self.loss_sums = Parameter(  # (total, iou, obj, cls, l1, num_fg) summed over the window
+            ms.Tensor(np.zeros(6, np.float32)),
+            name=ACCUMULATE_PREFIX + "losses",
+            requires_grad=False,
+        )
 
     def _scaled_forward(self, images, targets, mask):
         out = self.net_with_loss(images, targets, mask)
         return out[0] * self.scale, out
 
     def construct(self, images, targets, mask):
+        if self.accumulate > 1:
+            return self._accumulating_step(images, targets, mask)
         images = network_images(images)
         status = ops.zeros((8,), ms.int32)
         if self.use_status:
@@ -180,8 +263,68 @@ class TrainStep(nn.Cell):
             self._adjust_scale(finite)
         return losses + (lr, scale, ops.logical_not(finite))
 
-    def _all_ranks_finite(self, grads, loss, status):
-        """True when no rank saw an overflow: the local flag, summed over the ranks."""
+    def _accumulating_step(self, images, targets, mask):
+        """One micro-batch of a window of ``accumulate``; the window's last one updates."""
+        images = network_images(images)
+        status = ops.zeros((8,), ms.int32)
+        if self.use_status:
+            status = ops.depend(status, images)
+            images = ops.depend(images, self.clear_status(status))
+        (_, losses), grads = self.grad_fn(images, targets, mask)
+        grads = self.grad_reducer(grads)
+        k = self.accumulate
+        scale = self.scale * 1.0
+        lr = self.optimizer.get_lr()
+        micro = self.micro_step * 1
+        closes = micro >= k - 1  # this call completes the window
+        sums = self.hyper_map(ops.partial(_accumulate, closes), self.grad_sums, grads)
+        values = ops.stack([v.astype(ms.float32).reshape(()) for v in losses[:6]])
+        window = self.loss_sums + values
+        calls = (micro + 1).astype(ms.float32)
+        # The window so far: mean loss terms per micro-batch, foreground anchors summed (what
+        # one batch of the window's images would count).
+        means = ops.concat((window[:5] / calls, window[5:]))
+        if self.check_overflow:
+            bad = ops.maximum(self.window_bad, self._local_overflow(grads, losses[0], status))
+            if self.reduce_flag:
+                # Every call, so that no collective sits inside the branch below.
+                bad = (self.allreduce(bad) > 0.5).astype(ms.float32)
+            finite = bad < 0.5
+        else:
+            bad = ops.zeros((), ms.float32)
+            finite = ms.Tensor(True)
+        skipped = ops.logical_and(closes, ops.logical_not(finite))
+        report = tuple(means[i] for i in range(6))
+        # Before the branch (see construct): one statistics step per window, on its last call.
+        closes = ops.depend(closes, self.stats(report, skipped, closes))
+        if closes:
+            if not self.check_overflow or finite:
+                self.optimizer(self._window_gradients(sums, scale))
+            else:  # a skipped window still advances the schedule (see construct)
+                step = self.optimizer.global_step
+                ops.assign_add(step, ops.ones_like(step))
+            if self.use_ema:
+                self.ema()
+            if self.dynamic_scale:
+                self._adjust_scale(finite)
+        ops.assign(self.micro_step, ops.select(closes, ops.zeros_like(micro), micro + 1))
+        ops.assign(self.window_bad, ops.select(closes, ops.zeros_like(bad), bad))
+        ops.assign(
+            self.loss_sums,
+            ops.select(ops.broadcast_to(closes, window.shape), ops.zeros_like(window), window),
+        )
+        return report + (lr, scale, skipped)
+
+    def _window_gradients(self, sums, scale):
+        """The window's mean gradient, unscaled and clipped."""
+        grads = self.hyper_map(ops.partial(_unscale, scale * float(self.accumulate)), sums)
+        if self.clip_norm > 0:
+            grads = ops.clip_by_global_norm(grads, self.clip_norm)
+        return grads
+
+    def _local_overflow(self, grads, loss, status):
+        """1.0 when this rank's micro-batch (or step) overflowed: gradients, status
+        register, or, in fp32, a non-finite loss; else 0.0."""
         if self.use_status:
             status = ops.depend(status, grads)
             flags = self.get_status(status)
@@ -193,7 +336,11 @@ class TrainStep(nn.Cell):
             local_bad = ops.logical_not(ms.amp.all_finite(grads))
         if not self.dynamic_scale:
             local_bad = ops.logical_or(local_bad, ops.logical_not(ops.isfinite(loss)))
-        bad = local_bad.astype(ms.float32)
+        return local_bad.astype(ms.float32)
+
+    def _all_ranks_finite(self, grads, loss, status):
+        """True when no rank saw an overflow: the local flag, summed over the ranks."""
+        bad = self._local_overflow(grads, loss, status)
         if self.reduce_flag:
             bad = self.allreduce(bad)
         return bad < 0.5

@@ -58,7 +58,7 @@ from engine.transfer import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from models.description import DESCRIPTION_KEY, describe
 from models.loss import DetectorWithLoss, YOLOXLoss
 from models.sync_batchnorm import convert_sync_batchnorm
-from models.yolox import build_model
+from models.yolox import build_model, set_recompute
 
 log = logging.getLogger("train")
 
@@ -110,14 +110,19 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         center_radius=tcfg.assigner.center_radius,
     )
 
-    batch, world = int(tcfg.batch_size), rt.world_size
-    steps_per_epoch = len(train_src) // world // batch
-    if tcfg.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, int(tcfg.max_steps_per_epoch))
+    batch, world, accumulate = int(tcfg.batch_size), rt.world_size, accumulation(tcfg)
+    # Optimizer steps of the total batch (batch x ranks x accumulate): the schedule, the
+    # sinks, the size windows and log_interval count them.
+    steps_per_epoch = optimizer_steps_per_epoch(
+        len(train_src) // world // batch, accumulate, tcfg.max_steps_per_epoch
+    )
     if steps_per_epoch < 1:
-        raise ValueError(f"{len(train_src)} images are fewer than one batch of {batch} per rank")
+        raise ValueError(
+            f"{len(train_src)} images are fewer than one batch of {batch} per rank"
+            + (f" x train.accumulate={accumulate}" if accumulate > 1 else "")
+        )
     epochs = int(tcfg.epochs)
-    base_lr = scaled_lr(float(tcfg.lr_per_img), batch * world)
+    base_lr = scaled_lr(float(tcfg.lr_per_img), batch * world * accumulate)
     lrs = yolox_lr_schedule(
         base_lr,
         steps_per_epoch,
@@ -170,8 +175,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         world,
         start_epoch,
     )
-    if tcfg.max_steps_per_epoch:
-        dataset = dataset.take(steps_per_epoch)
+    if steps_per_epoch * accumulate < len(train_src) // world // batch:
+        # An epoch ends with whole windows: the micro-batches after the last one are not drawn.
+        dataset = dataset.take(steps_per_epoch * accumulate)
     steps_per_sink, sinks_per_epoch = _sink_plan(
         rt,
         steps_per_epoch,
@@ -182,8 +188,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     state = TrainState(
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
-        total_batch=batch * world,
+        total_batch=batch * world * accumulate,
         sinks_per_epoch=sinks_per_epoch,
+        accumulate=accumulate,
         start_epoch=start_epoch,
         best_map=best_map,
         bad_evals=bad_evals,
@@ -218,12 +225,13 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         meta=meta,
     )
     log.info(
-        "training %s: %d epochs x %d steps, batch %d x %d ranks, lr %.4g, amp %s, %s mode%s",
+        "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g, amp %s, %s mode%s",
         cfg.model.name,
         epochs,
         steps_per_epoch,
         batch,
         world,
+        f" x {accumulate} accumulated" if accumulate > 1 else "",
         base_lr,
         rt.amp_level,
         rt.mode,
@@ -244,7 +252,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
             dataset,
             callbacks=callbacks,
             dataset_sink_mode=rt.sink,
-            sink_size=steps_per_sink,
+            sink_size=steps_per_sink * accumulate,  # MindSpore counts calls: micro-batches
             initial_epoch=start_epoch * sinks_per_epoch,
         )
     except Exception:
@@ -317,8 +325,17 @@ def build_train_step(
 
     ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``). With
     ``img_size`` (the base input size) and ``train.multiscale_range`` > 0, the batch is
-    resized inside the step (``engine.multiscale``).
+    resized inside the step (``engine.multiscale``). ``train.accumulate`` micro-batches
+    make one optimizer step; ``train.recompute`` marks cells of ``net`` for recomputation
+    (:func:`models.yolox.set_recompute`).
     """
+    recomputed = set_recompute(net, str(tcfg.get("recompute") or "none"))
+    if recomputed:
+        log.info(
+            "train.recompute=%s: %d cells recomputed in the backward pass",
+            tcfg.recompute,
+            len(recomputed),
+        )
     optimizer = build_optimizer(net, lrs, tcfg)
     ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
     reducer = None
@@ -338,9 +355,35 @@ def build_train_step(
         grad_reducer=reducer,
         skip_nonfinite=skip_nonfinite,
         float_status=float_status_ops() if rt.float_status else None,
+        accumulate=accumulation(tcfg),
     )
     step.set_train(True)
     return step
+
+
+def accumulation(tcfg: Any) -> int:
+    """``train.accumulate``: micro-batches per optimizer step (1 = no accumulation)."""
+    value = tcfg.get("accumulate", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"train.accumulate must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def optimizer_steps_per_epoch(
+    batches_per_epoch: int, accumulate: int = 1, max_steps: int | None = None
+) -> int:
+    """Optimizer steps in an epoch of ``batches_per_epoch`` micro-batches (per rank).
+
+    A window of ``accumulate`` micro-batches never crosses an epoch's end: an epoch holds
+    ``batches_per_epoch // accumulate`` whole windows and its last ``batches_per_epoch %
+    accumulate`` micro-batches are not drawn, as a batch of the total size (batch x ranks x
+    accumulate) would drop the same images (``drop_remainder``). ``max_steps``
+    (``train.max_steps_per_epoch``) caps the optimizer steps.
+    """
+    steps = int(batches_per_epoch) // int(accumulate)
+    if max_steps:
+        steps = min(steps, int(max_steps))
+    return steps
 
 
 def _multiscale(tcfg: Any) -> tuple[int, int]:
@@ -396,19 +439,25 @@ def _build_callbacks(
     steps_per_sink: int,
     meta: dict,
 ) -> list:
-    """The run's callbacks, in phase order (``engine.callbacks.ordered``)."""
+    """The run's callbacks, in phase order (``engine.callbacks.ordered``).
+
+    ``steps_per_sink`` counts optimizer steps; MindSpore's callbacks count calls of the
+    training step, ``train.accumulate`` of them per optimizer step.
+    """
     tcfg = cfg.train
+    k = accumulation(tcfg)
+    calls_per_sink = steps_per_sink * k
     cbs = []
     if isinstance(train_step.net_with_loss, MultiScaleResize):
         ms_range, interval = _multiscale(tcfg)
         cbs.append(
-            MultiScaleSchedule(
+            MultiScaleSchedule(  # in calls: a size window of `interval` steps is interval x k calls
                 train_step.net_with_loss,
                 ms_range,
                 int(cfg.runtime.seed),
-                steps_per_sink,
-                interval,
-                steps_per_call=steps_per_sink if rt.sink_effective else 1,
+                calls_per_sink,
+                interval * k,
+                steps_per_call=calls_per_sink if rt.sink_effective else 1,
                 compile_graphs=rt.mode == "graph",
             )
         )
@@ -453,8 +502,8 @@ def _build_callbacks(
                 cbs.append(EarlyStopping(state, int(tcfg.patience)))
         cbs += [
             StepProgress(state),
-            LossMonitor(max(1, min(int(tcfg.log_interval), steps_per_sink))),
-            TimeMonitor(data_size=steps_per_sink),
+            LossMonitor(k * max(1, min(int(tcfg.log_interval), steps_per_sink))),
+            TimeMonitor(data_size=calls_per_sink),
         ]
     if tcfg.stop_at_epoch:
         cbs.append(StopAtEpoch(state, int(tcfg.stop_at_epoch)))  # after the checkpoint

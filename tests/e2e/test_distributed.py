@@ -23,7 +23,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.e2e import dp_overflow, dp_step, dp_tiny
+from tests.e2e import dp_accumulate, dp_overflow, dp_step, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
 from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry
 
@@ -32,6 +32,7 @@ DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
 TINY_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_tiny.py")
 OVERFLOW_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_overflow.py")
 STEP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_step.py")
+ACCUMULATE_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_accumulate.py")
 
 # The smallest YOLOX run that still trains: 64 px, no augmentation, 2 ranks x batch 2,
 # 4 steps per epoch. Without depthwise blocks the graph compiles ~25% faster.
@@ -321,6 +322,55 @@ def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
     # Each rank's loss is its own shard's: they differ, and every one went down.
     assert len({float(r["losses"][0]) for r in ranks}) > 1
     assert all(r["losses"][-1] < r["losses"][0] for r in ranks)
+
+
+ACCUMULATE_REFERENCE = (
+    "import sys, numpy as np; from tests.e2e import dp_accumulate;"
+    "ref = dp_accumulate.reference();"
+    "np.savez(sys.argv[1], **{f'{m}_{k}': v for m, r in ref.items() for k, v in r.items()})"
+)
+
+
+@pytest.mark.slow
+def test_two_ranks_accumulating_equal_one_process_on_the_whole_batch(tmp_path):
+    """2 ranks x 2 micro-batches per optimizer step (train.accumulate=2 with the
+    data-parallel reducer) against one process taking each step's 4 micro-batches as one
+    batch: the same weights, EMA, LR steps and loss scale. Rank 1 alone has a non-finite
+    micro-batch in step 2 (its second): that whole step is skipped on both ranks, in fp32
+    (non-finite skip) and with dynamic loss scaling."""
+    out, seconds = launch(
+        2, tmp_path, "runtime=cpu", env=launcher_env(TRAIN_ENTRY=ACCUMULATE_ENTRY)
+    )
+    print(f"2-rank accumulation run: {seconds:.0f} s")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ranks = [np.load(tmp_path / dp_accumulate.RESULT_FILE.format(rank=r)) for r in range(2)]
+    assert [int(r["world"]) for r in ranks] == [2, 2]
+    ref_file = tmp_path / "reference.npz"
+    done = subprocess.run(
+        [sys.executable, "-c", ACCUMULATE_REFERENCE, str(ref_file)],
+        cwd=ROOT,
+        env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ref = np.load(ref_file)
+    for mode in dp_accumulate.MODES:
+        # Per call: the decision comes at each window's second call; step 2 is skipped.
+        expected = [False, False, False, True, False, False, False, False]
+        assert ref[f"{mode}_skipped"].tolist() == [False, True, False, False], mode
+        for rank in ranks:
+            assert rank[f"{mode}_skipped"].tolist() == expected, mode
+            assert int(rank[f"{mode}_global_step"]) == int(ref[f"{mode}_global_step"]) == 4
+            assert float(rank[f"{mode}_scale"]) == float(ref[f"{mode}_scale"]), mode
+            for key in ("weights", "ema"):
+                np.testing.assert_allclose(
+                    rank[f"{mode}_{key}"], ref[f"{mode}_{key}"], rtol=1e-5, atol=1e-6, err_msg=mode
+                )
+        w0, w1 = (r[f"{mode}_weights"] for r in ranks)
+        np.testing.assert_array_equal(w0, w1, err_msg=mode)
+        assert np.isfinite(w0).all() and not np.allclose(w0, [0.5, -1.0, 2.0, 0.1]), mode
+    assert float(ranks[0]["dynamic_scale_scale"]) == 512.0  # halved once, for the window
 
 
 @pytest.mark.slow
