@@ -577,7 +577,8 @@ class StepProgress(EpochCallback):
         if self.bar is not None:
             cb = run_context.original_args()
             st = self.state  # MindSpore counts calls: train.accumulate of them per step
-            self.bar.update_to((cb.cur_step_num // st.accumulate - 1) % st.steps_per_epoch + 1)
+            calls = st.steps_per_epoch * st.accumulate
+            self.bar.update_to(((cb.cur_step_num - 1) % calls + 1) // st.accumulate)
 
     def end_epoch(self, epoch, run_context):
         self._close()
