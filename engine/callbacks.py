@@ -35,7 +35,7 @@ from mindspore.train import Callback
 
 from data.pipeline import first_no_aug_epoch
 from data.progress import Progress
-from engine.checkpoint import META_BAD_EVALS, META_BEST, META_EPOCH
+from engine.checkpoint import META_BAD_EVALS, META_BEST, META_EPOCH, META_STEPS_PER_EPOCH
 from engine.memory import release_free_heap
 from engine.run_record import write_results
 from engine.step_stats import LOSS_TERMS, read_and_reset
@@ -407,7 +407,12 @@ class CheckpointCallback(EpochCallback):
             return  # keep the last good checkpoint
         meta = dict(
             self.meta,
-            **{META_EPOCH: epoch, META_BEST: float(st.best_map), META_BAD_EVALS: st.bad_evals},
+            **{
+                META_EPOCH: epoch,
+                META_BEST: float(st.best_map),
+                META_BAD_EVALS: st.bad_evals,
+                META_STEPS_PER_EPOCH: st.steps_per_epoch,
+            },
         )
         try:
             self.manager.save_epoch(self.train_cell, meta, epoch, st.is_best)

@@ -28,6 +28,7 @@ import numpy as np
 from mindspore import nn
 
 from engine.step_stats import NOT_SAVED
+from engine.train_step import ACCUMULATE_PREFIX
 from models.checkpoint import CheckpointError, check_compatible, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 META_EPOCH = "msdet_epoch"
 META_BEST = "msdet_best_map"
 META_BAD_EVALS = "msdet_bad_evals"
+META_STEPS_PER_EPOCH = "msdet_steps_per_epoch"  # optimizer steps per epoch of the run that saved
 LAST = "last.ckpt"
 BEST = "best.ckpt"
 PARTIAL = ".partial.ckpt"
@@ -177,26 +179,32 @@ def restore_training_state(train_cell: nn.Cell, path: str, steps_per_epoch: int)
     for name in SCHEDULE_PARAMS:  # a checkpoint written before the schedule was left out
         params.pop(name, None)
     for param in train_cell.get_parameters():  # not training state: keep the cell's own
-        if not_saved(param.name):
+        # An accumulation window's buffers are empty at an epoch's end: a checkpoint of a run
+        # without train.accumulate resumes with it (they start at zero).
+        if not_saved(param.name) or param.name.startswith(ACCUMULATE_PREFIX):
             params.setdefault(param.name, param)
     check_compatible(train_cell, params, path)
     epoch = int(params[META_EPOCH].asnumpy())
     saved_step = int(params[GLOBAL_STEP].asnumpy().ravel()[0]) if GLOBAL_STEP in params else 0
+    saved_per_epoch = params.get(META_STEPS_PER_EPOCH)
     ms.load_param_into_net(train_cell, params, strict_load=True)
-    step = epoch * int(steps_per_epoch)
-    if step != saved_step:
+    step = saved_step
+    if saved_per_epoch is not None and int(saved_per_epoch.asnumpy()) != int(steps_per_epoch):
+        step = epoch * int(steps_per_epoch)
         log.warning(
-            "resume: %s reached step %d after %d epochs; this run has %d steps per epoch "
-            "(another batch size or card count), so it continues at step %d",
+            "resume: %s reached step %d after %d epochs of %d steps; this run has %d steps "
+            "per epoch (another batch size, card count or accumulation), so it continues "
+            "at step %d",
             path,
             saved_step,
             epoch,
+            int(saved_per_epoch.asnumpy()),
             steps_per_epoch,
             step,
         )
-    for param in train_cell.get_parameters():
-        if param.name == GLOBAL_STEP:
-            param.set_data(ms.Tensor(np.full(param.shape, step), param.dtype))
+        for param in train_cell.get_parameters():
+            if param.name == GLOBAL_STEP:
+                param.set_data(ms.Tensor(np.full(param.shape, step), param.dtype))
     return ResumeState(
         path=path,
         epoch=epoch,

@@ -150,3 +150,33 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_runs():
         pytest.skip("no /sys here")
     with pytest.raises(PermissionError, match="run folder /sys is not writable"):
         prepare_run_folder("/sys", resume=False, overwrite=False, is_main=True)
+
+
+class Stepped(nn.Cell):
+    def __init__(self, step: int):
+        super().__init__()
+        self.w = Parameter(Tensor(np.ones(2, np.float32)), name="w")
+        self.global_step = Parameter(Tensor(np.array([step], np.int32)), name="global_step")
+        self.learning_rate = Parameter(Tensor(np.full(7, 0.1, np.float32)), name="learning_rate")
+
+
+def test_resume_keeps_the_step_and_moves_it_only_for_another_epoch_length(tmp_path):
+    """The checkpoint holds the position in the schedule, not the schedule (a per-step LR
+    list is weight-shaped: resuming with more epochs used to stop on its shape). With
+    another number of steps per epoch (batch, cards, accumulation) the position is the
+    completed epochs in this run's steps."""
+    from engine.checkpoint import META_STEPS_PER_EPOCH, restore_training_state
+
+    folder = tmp_path / "checkpoints"
+    CheckpointManager(str(folder)).save_epoch(
+        Stepped(20), {**meta(2, 0.3), META_STEPS_PER_EPOCH: 10}, 2, is_best=False
+    )
+    assert "learning_rate" not in ms.load_checkpoint(str(folder / LAST))
+    longer = Stepped(0)
+    longer.learning_rate.set_data(Tensor(np.full(30, 0.2, np.float32)))  # more epochs
+    state = restore_training_state(longer, str(folder / LAST), steps_per_epoch=10)
+    assert (state.epoch, state.global_step, int(longer.global_step.asnumpy()[0])) == (2, 20, 20)
+    assert longer.learning_rate.shape == (30,)  # this run's schedule, untouched
+    halved = Stepped(0)
+    state = restore_training_state(halved, str(folder / LAST), steps_per_epoch=5)
+    assert state.global_step == 10 and int(halved.global_step.asnumpy()[0]) == 10
