@@ -64,7 +64,9 @@ def free_port() -> int:
 
 def launcher_env(**extra: str) -> dict[str, str]:
     """The test's environment with this venv's python/msrun first on PATH and a free port."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_"))}
+    # Not HCCL_*: importing MindSpore in this process set HCCL_CONNECT_TIMEOUT (600) in its
+    # environment, which would hide the launcher's own default.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_", "HCCL_"))}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["MASTER_PORT"] = str(free_port())
     env.update(extra)
