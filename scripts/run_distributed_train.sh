@@ -15,7 +15,7 @@
 #                    fails (Ascend; default here 7200, HCCL's own 1836): ranks wait for
 #                    rank 0 while it scores the gathered evaluation and saves checkpoints
 #   HCCL_CONNECT_TIMEOUT  seconds HCCL waits for every rank to connect (Ascend; 120-7200,
-#                    default here 1800, HCCL's own 120): each rank compiles its graphs before
+#                    default here 1800; MindSpore sets 600 when unset, HCCL's own is 120): each rank compiles its graphs before
 #                    the first collective, and one YOLOX graph takes 170-341 s on a 910
 #   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
 #
