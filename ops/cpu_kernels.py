@@ -38,7 +38,20 @@ COMPILER_VAR = "CXX"  # the compiler used: $CXX, else g++
 CACHE_VAR = "MSDET_CACHE_DIR"
 # -march=native: the inner loops are vectorised for this CPU (the cache key holds the CPU,
 # see _cpu_signature); -fopenmp: outer loops split over a thread team (kernels/threads.h).
-CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC")
+# -fno-trapping-math: without it GCC vectorises the sigmoid loops of batchnorm_silu.cc only
+# where AVX-512 masks can hide the comparisons of exp's clamp (they might raise an FP
+# exception); on AVX2 or SSE those loops stayed scalar, and BatchNorm + SiLU ran 2-2.7x
+# slower than MindSpore's operators (BENCHMARKS.md). msdet reads no FP exception flags, and
+# the flag changes no result (no reassociation, unlike -ffast-math).
+CXX_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+)
 
 # The operators the library provides, by the name models ask for.
 KERNELS = ("depthwise", "batchnorm_silu")
