@@ -225,9 +225,8 @@ class TrainStep(nn.Cell):
         out = self.net_with_loss(images, targets, mask)
         return out[0] * self.scale, out
 
-    def construct(self, images, targets, mask):
-        if self.accumulate > 1:
-            return self._accumulating_step(images, targets, mask)
+    def _gradients(self, images, targets, mask):
+        """(float-status input, loss terms, rank-reduced loss-scaled gradients) of a batch."""
         images = network_images(images)
         status = ops.zeros((8,), ms.int32)
         if self.use_status:
@@ -235,7 +234,12 @@ class TrainStep(nn.Cell):
             status = ops.depend(status, images)
             images = ops.depend(images, self.clear_status(status))
         (_, losses), grads = self.grad_fn(images, targets, mask)
-        grads = self.grad_reducer(grads)
+        return status, losses, self.grad_reducer(grads)
+
+    def construct(self, images, targets, mask):
+        if self.accumulate > 1:
+            return self._accumulating_step(images, targets, mask)
+        status, losses, grads = self._gradients(images, targets, mask)
         scale = self.scale * 1.0  # the value used for this step, before any adjustment
         lr = self.optimizer.get_lr()
         if self.unscale:
@@ -265,13 +269,7 @@ class TrainStep(nn.Cell):
 
     def _accumulating_step(self, images, targets, mask):
         """One micro-batch of a window of ``accumulate``; the window's last one updates."""
-        images = network_images(images)
-        status = ops.zeros((8,), ms.int32)
-        if self.use_status:
-            status = ops.depend(status, images)
-            images = ops.depend(images, self.clear_status(status))
-        (_, losses), grads = self.grad_fn(images, targets, mask)
-        grads = self.grad_reducer(grads)
+        status, losses, grads = self._gradients(images, targets, mask)
         k = self.accumulate
         scale = self.scale * 1.0
         lr = self.optimizer.get_lr()

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,13 +72,167 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     """Train ``cfg.model`` on ``cfg.data`` with ``cfg.train``; returns the final metrics.
 
     Every artefact lands in ``rt.run_dir``: checkpoints/, tensorboard/, results.csv,
-    results.png, eval/ (latest evaluation) and metrics.json (final evaluation, from the
-    best checkpoint). Only rank 0 writes them.
+    results.png, eval/ (latest evaluation), the evaluation plots and metrics.json (final
+    evaluation, from the best checkpoint). Only rank 0 writes them.
     """
     tcfg = cfg.train
     prepare_run_folder(
         rt.run_dir, bool(tcfg.resume), bool(tcfg.get("overwrite", False)), rt.is_main
     )
+    train_src, val_src = _load_data(cfg, rt)
+    num_classes = train_src.num_classes
+
+    net = build_model(cfg.model, num_classes)
+    if rt.sync_bn:
+        synced = convert_sync_batchnorm(net)
+        log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
+    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
+    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
+    net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
+    loss = YOLOXLoss(
+        num_classes,
+        iou_weight=float(tcfg.loss.iou_weight),
+        assigner_rule=str(tcfg.assigner.rule),
+        center_radius=tcfg.assigner.center_radius,
+    )
+    plan = Schedule.from_config(tcfg, rt.world_size, len(train_src))
+    # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
+    # the weights that produced it, so the stop names the parameter at fault.
+    train_step = build_train_step(
+        net,
+        loss,
+        plan.lrs,
+        tcfg,
+        rt,
+        skip_nonfinite=bool(cfg.runtime.check_finite),
+        img_size=check_data_config(cfg.data),
+    )
+    resume = _resume(train_step, resume_path, plan, rt) if resume_path else None
+    start_epoch = resume.epoch if resume else 0
+
+    dataset = build_train_dataset(
+        cfg.data,
+        train_src,
+        plan.batch,
+        plan.epochs,
+        int(tcfg.no_aug_epochs),
+        int(cfg.runtime.seed),
+        rt.rank,
+        rt.world_size,
+        start_epoch,
+    )
+    if plan.calls_per_epoch < plan.batches_per_epoch:
+        # An epoch ends with whole windows (train.max_steps_per_epoch, train.accumulate):
+        # the batches after the last one are not drawn.
+        dataset = dataset.take(plan.calls_per_epoch)
+    steps_per_sink, sinks_per_epoch = _sink_plan(
+        rt,
+        plan.steps_per_epoch,
+        profiling=int(cfg.runtime.profile_steps) > 0,
+        multiscale=_multiscale(tcfg),
+    )
+    state = TrainState(
+        epochs=plan.epochs,
+        steps_per_epoch=plan.steps_per_epoch,
+        total_batch=plan.total_batch,
+        sinks_per_epoch=sinks_per_epoch,
+        accumulate=plan.accumulate,
+        start_epoch=start_epoch,
+        best_map=resume.best_map if resume else -1.0,
+        bad_evals=resume.bad_evals if resume else 0,
+        amp=rt.uses_dynamic_loss_scale,
+    )
+    state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
+    # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
+    evaluation = TrainingEvaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+    callbacks = _build_callbacks(
+        cfg,
+        rt,
+        state,
+        train_step=train_step,
+        net=net,
+        loss=loss,
+        train_src=train_src,
+        evaluation=evaluation,
+        steps_per_sink=steps_per_sink,
+        meta=_checkpoint_meta(cfg, train_src, freeze_level),
+    )
+    _log_plan(cfg, rt, plan)
+
+    started = time.time()
+    try:
+        Model(train_step).train(
+            plan.epochs * sinks_per_epoch,
+            dataset,
+            callbacks=callbacks,
+            dataset_sink_mode=rt.sink,
+            sink_size=steps_per_sink * plan.accumulate,  # MindSpore counts calls
+            initial_epoch=start_epoch * sinks_per_epoch,
+        )
+    except Exception:
+        # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
+        analysis = collect_compile_failure(rt.run_dir, started)
+        if analysis:
+            log.error("graph compilation failed; MindSpore's analysis: %s", analysis)
+        raise
+    if state.failure:
+        raise TrainingFailedError(state.failure)
+    return evaluation.final(last_was_best=state.is_best)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many steps a run makes and at which learning rates.
+
+    Steps are optimizer steps of the total batch (``batch x ranks x accumulate``): the LR
+    schedule, the sinks, the size windows and ``log_interval`` count them; MindSpore counts
+    calls of the training step (micro-batches), ``accumulate`` of them per step.
+    """
+
+    batch: int
+    ranks: int
+    accumulate: int
+    batches_per_epoch: int  # per rank, from the data
+    steps_per_epoch: int
+    epochs: int
+    base_lr: float
+    lrs: np.ndarray
+
+    @property
+    def total_batch(self) -> int:
+        return self.batch * self.ranks * self.accumulate
+
+    @property
+    def calls_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.accumulate
+
+    @classmethod
+    def from_config(cls, tcfg: Any, ranks: int, images: int) -> Schedule:
+        batch, accumulate = int(tcfg.batch_size), accumulation(tcfg)
+        batches = images // ranks // batch
+        steps = optimizer_steps_per_epoch(batches, accumulate, tcfg.max_steps_per_epoch)
+        if steps < 1:
+            raise ValueError(
+                f"{images} images are fewer than one batch of {batch} per rank"
+                + (f" x train.accumulate={accumulate}" if accumulate > 1 else "")
+            )
+        epochs = int(tcfg.epochs)
+        base_lr = scaled_lr(float(tcfg.lr_per_img), batch * ranks * accumulate)
+        lrs = yolox_lr_schedule(
+            base_lr,
+            steps,
+            epochs,
+            float(tcfg.warmup_epochs),
+            int(tcfg.no_aug_epochs),
+            float(tcfg.min_lr_ratio),
+            float(tcfg.warmup_lr),
+        )
+        return cls(batch, ranks, accumulate, batches, steps, epochs, base_lr, lrs)
+
+
+def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
+    """The train and val sources, reported in the log; the compile cache keyed by their
+    class count (it sets the head's shapes)."""
     train_src, val_src = build_sources(cfg.data)
     num_classes = check_class_count(cfg.model, train_src)
     log.info(
@@ -95,144 +250,54 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
 
         key = training_graph_key(cfg, num_classes)
         enable_compile_cache(key, rt.device, rt.kernel_key, ms.__version__)
+    return train_src, val_src
 
-    net = build_model(cfg.model, num_classes)
-    if rt.sync_bn:
-        synced = convert_sync_batchnorm(net)
-        log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
-    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
-    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
-    net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
-    loss = YOLOXLoss(
-        num_classes,
-        iou_weight=float(tcfg.loss.iou_weight),
-        assigner_rule=str(tcfg.assigner.rule),
-        center_radius=tcfg.assigner.center_radius,
-    )
 
-    batch, world, accumulate = int(tcfg.batch_size), rt.world_size, accumulation(tcfg)
-    # Optimizer steps of the total batch (batch x ranks x accumulate): the schedule, the
-    # sinks, the size windows and log_interval count them.
-    steps_per_epoch = optimizer_steps_per_epoch(
-        len(train_src) // world // batch, accumulate, tcfg.max_steps_per_epoch
+def _resume(train_step: TrainStep, path: str, plan: Schedule, rt: Runtime) -> Any:
+    """Restore the run's state from ``path``. The LR schedule is this config's (a changed
+    train.epochs recomputes its cosine, as YOLOX does); the checkpoint gives the position."""
+    resume = restore_training_state(train_step, path, plan.steps_per_epoch)
+    log.info(
+        "resumed from %s after epoch %d of %d (best mAP %.4f), at step %d with lr %.4g",
+        resume.path,
+        resume.epoch,
+        plan.epochs,
+        resume.best_map,
+        resume.global_step,
+        float(plan.lrs[min(resume.global_step, len(plan.lrs) - 1)]),
     )
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"{len(train_src)} images are fewer than one batch of {batch} per rank"
-            + (f" x train.accumulate={accumulate}" if accumulate > 1 else "")
-        )
-    epochs = int(tcfg.epochs)
-    base_lr = scaled_lr(float(tcfg.lr_per_img), batch * world * accumulate)
-    lrs = yolox_lr_schedule(
-        base_lr,
-        steps_per_epoch,
-        epochs,
-        float(tcfg.warmup_epochs),
-        int(tcfg.no_aug_epochs),
-        float(tcfg.min_lr_ratio),
-        float(tcfg.warmup_lr),
-    )
-    # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
-    # the weights that produced it, so the stop names the parameter at fault.
-    train_step = build_train_step(
-        net,
-        loss,
-        lrs,
-        tcfg,
-        rt,
-        skip_nonfinite=bool(cfg.runtime.check_finite),
-        img_size=check_data_config(cfg.data),
-    )
+    if resume.epoch >= plan.epochs:
+        log.info("nothing to train: the checkpoint finished all %d epochs", plan.epochs)
+    if rt.is_main:
+        _carry_history(resume.path, rt.run_dir)
+    return resume
 
-    start_epoch, best_map, bad_evals = 0, -1.0, 0
-    if tcfg.resume:
-        # The LR schedule is this config's (a changed train.epochs recomputes its cosine, as
-        # YOLOX does); the checkpoint gives the position in it.
-        resume = restore_training_state(train_step, resume_path, steps_per_epoch)
-        start_epoch, best_map, bad_evals = resume.epoch, resume.best_map, resume.bad_evals
-        log.info(
-            "resumed from %s after epoch %d of %d (best mAP %.4f), at step %d with lr %.4g",
-            resume.path,
-            start_epoch,
-            epochs,
-            best_map,
-            resume.global_step,
-            float(lrs[min(resume.global_step, len(lrs) - 1)]),
-        )
-        if rt.is_main:
-            _carry_history(resume.path, rt.run_dir)
-    if start_epoch >= epochs:
-        log.info("nothing to train: the checkpoint finished all %d epochs", epochs)
 
-    dataset = build_train_dataset(
-        cfg.data,
-        train_src,
-        batch,
-        epochs,
-        int(tcfg.no_aug_epochs),
-        int(cfg.runtime.seed),
-        rt.rank,
-        world,
-        start_epoch,
-    )
-    if steps_per_epoch * accumulate < len(train_src) // world // batch:
-        # An epoch ends with whole windows: the micro-batches after the last one are not drawn.
-        dataset = dataset.take(steps_per_epoch * accumulate)
-    steps_per_sink, sinks_per_epoch = _sink_plan(
-        rt,
-        steps_per_epoch,
-        profiling=int(cfg.runtime.profile_steps) > 0,
-        multiscale=_multiscale(tcfg),
-    )
-
-    state = TrainState(
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        total_batch=batch * world * accumulate,
-        sinks_per_epoch=sinks_per_epoch,
-        accumulate=accumulate,
-        start_epoch=start_epoch,
-        best_map=best_map,
-        bad_evals=bad_evals,
-        amp=rt.uses_dynamic_loss_scale,
-    )
-    state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
-    # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
-    evaluation = TrainingEvaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
+    """What every checkpoint of the run carries besides its state: the description
+    (``models.description``) and the freeze level (a resumed run keeps it)."""
     description = describe(
         cfg.model,
-        num_classes,
+        train_src.num_classes,
         train_src.class_names,
         train_src.category_ids,
         list(cfg.data.img_size),
         "train",
         OmegaConf.to_container(cfg, resolve=True),
     )
-    meta = {
-        DESCRIPTION_KEY: description.to_json(),
-        META_FREEZE: freeze_level_code(freeze_level),  # a resumed run keeps it
-    }
-    callbacks = _build_callbacks(
-        cfg,
-        rt,
-        state,
-        train_step=train_step,
-        net=net,
-        loss=loss,
-        train_src=train_src,
-        evaluation=evaluation,
-        steps_per_sink=steps_per_sink,
-        meta=meta,
-    )
+    return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
+
+
+def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
     log.info(
         "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g, amp %s, %s mode%s",
         cfg.model.name,
-        epochs,
-        steps_per_epoch,
-        batch,
-        world,
-        f" x {accumulate} accumulated" if accumulate > 1 else "",
-        base_lr,
+        plan.epochs,
+        plan.steps_per_epoch,
+        plan.batch,
+        plan.ranks,
+        f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
+        plan.base_lr,
         rt.amp_level,
         rt.mode,
         ", data sink" if rt.sink_effective else "",
@@ -243,27 +308,6 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
             "the host instead (same results; LossMonitor/TimeMonitor count real steps)",
             rt.device,
         )
-
-    model = Model(train_step)
-    started = time.time()
-    try:
-        model.train(
-            epochs * sinks_per_epoch,
-            dataset,
-            callbacks=callbacks,
-            dataset_sink_mode=rt.sink,
-            sink_size=steps_per_sink * accumulate,  # MindSpore counts calls: micro-batches
-            initial_epoch=start_epoch * sinks_per_epoch,
-        )
-    except Exception:
-        # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
-        analysis = collect_compile_failure(rt.run_dir, started)
-        if analysis:
-            log.error("graph compilation failed; MindSpore's analysis: %s", analysis)
-        raise
-    if state.failure:
-        raise TrainingFailedError(state.failure)
-    return evaluation.final(last_was_best=state.is_best)
 
 
 # What a run writes into its folder (Hydra's .hydra/ and train.log appear before main runs).
