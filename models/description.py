@@ -139,16 +139,24 @@ def contradictions(description: Description, typed: Mapping[str, str]) -> list[s
         if not key.startswith("model.") or key[len("model.") :] not in description.model:
             continue
         field_name = key[len("model.") :]
-        try:
-            value = OmegaConf.create({"v": text}).v  # as Hydra reads the value
-        except Exception:
-            value = text
+        value = _as_hydra_reads(key, text)
         have = description.model[field_name]
         if value is None and field_name == "num_classes":
             continue
         if _differs(value, have):
             found.append(f"{key}={text} contradicts the checkpoint's {field_name}={have}")
     return found
+
+
+def _as_hydra_reads(key: str, text: str) -> Any:
+    """The value of ``key=text`` as Hydra's override grammar reads it (``false`` is a bool,
+    ``[1,2]`` a list, ``null`` None); the text itself where the grammar refuses it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_override(f"{key}={text}").value()
+    except Exception:
+        return text
 
 
 def _differs(value: Any, have: Any) -> bool:

@@ -28,8 +28,12 @@ def _add_weight_dump() -> None:
         def on_train_end(self, run_context):
             from mindspore.communication import get_rank
 
+            from engine.checkpoint import not_saved
+
             network = run_context.original_args().train_network
-            weights = {p.name: p.asnumpy() for p in network.trainable_params()}
+            # What a checkpoint holds: the LR schedule is derived from the config, not saved.
+            params = network.trainable_params()
+            weights = {p.name: p.asnumpy() for p in params if not not_saved(p.name)}
             run_dir = HydraConfig.get().runtime.output_dir
             np.savez(os.path.join(run_dir, WEIGHTS_FILE.format(rank=get_rank())), **weights)
 
