@@ -2,7 +2,8 @@
 # Set up the test environment (a .venv with the pinned requirements and the PyTorch YOLOX
 # original used as the parity reference) and run the test suite. Extra arguments go to
 # pytest, e.g. `bash scripts/test.sh tests/models -k parity`, or `-m "not slow"` for the
-# fast tier. PYTHON picks the interpreter (default python3; 3.10-3.12).
+# fast tier. PYTHON picks the interpreter (default python3; 3.10-3.12); MSDET_TEST_WORKERS the
+# number of pytest workers (default 2 on two or more cores, 0 runs one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +25,12 @@ fi
 
 # The parity tests must run wherever this script runs: a missing reference is a failure.
 export MSDET_REQUIRE_TORCH=1
-exec "${VENV}/bin/python" -m pytest "$@"
+# Two pytest workers where there are two cores (MSDET_TEST_WORKERS=0: one process). Most of
+# a slow test is MindSpore compiling graphs on one thread, so two of them share two cores
+# well; each worker takes whole files (--dist loadfile), so a module's fixtures run once.
+WORKERS=${MSDET_TEST_WORKERS:-$(($(nproc) >= 2 ? 2 : 0))}
+PARALLEL=()
+if [ "${WORKERS}" -gt 0 ]; then
+    PARALLEL=(-n "${WORKERS}" --dist loadfile)
+fi
+exec "${VENV}/bin/python" -m pytest "${PARALLEL[@]}" "$@"
