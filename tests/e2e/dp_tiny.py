@@ -30,6 +30,7 @@ STEPS, LR = 20, 0.05
 RESULT_FILE = "tiny_rank{rank}.npz"
 FAIL_RANK_VAR, FAIL_CODE = "TINY_FAIL_RANK", 3  # this rank exits with FAIL_CODE after init
 FAIL_SCHEDULER_VAR = "TINY_FAIL_SCHEDULER"  # msrun's scheduler exits before init
+FOREVER_VAR = "TINY_FOREVER"  # the ranks step until they are killed, printing each step
 
 
 def tiny_problem() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -46,8 +47,8 @@ def tiny_problem() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     return x, y, weights
 
 
-def train_tiny(x: np.ndarray, y: np.ndarray, weights: dict) -> tuple[dict, list[float]]:
-    """``STEPS`` SGD steps of the MLP on (x, y); returns the final weights and the losses."""
+def _mlp_step(weights: dict):
+    """(the MLP from ``weights``, its SGD training step)."""
     import mindspore as ms
     from mindspore import nn
 
@@ -58,9 +59,30 @@ def train_tiny(x: np.ndarray, y: np.ndarray, weights: dict) -> tuple[dict, list[
         nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), learning_rate=LR)
     )
     step.set_train(True)
+    return net, step
+
+
+def train_tiny(x: np.ndarray, y: np.ndarray, weights: dict) -> tuple[dict, list[float]]:
+    """``STEPS`` SGD steps of the MLP on (x, y); returns the final weights and the losses."""
+    import mindspore as ms
+
+    net, step = _mlp_step(weights)
     xt, yt = ms.Tensor(x), ms.Tensor(y)
     losses = [float(step(xt, yt).asnumpy()) for _ in range(STEPS)]
     return {name: p.asnumpy() for name, p in net.parameters_and_names()}, losses
+
+
+def step_forever(x: np.ndarray, y: np.ndarray, weights: dict) -> None:
+    """Data-parallel steps without end, one line each: every step all-reduces the gradients,
+    so a rank that dies leaves the others waiting in the collective."""
+    import mindspore as ms
+
+    _, step = _mlp_step(weights)
+    xt, yt = ms.Tensor(x), ms.Tensor(y)
+    count = 0
+    while True:
+        count += 1
+        print(f"tiny step {count}: loss {float(step(xt, yt).asnumpy()):.6f}", flush=True)
 
 
 @hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
@@ -73,6 +95,8 @@ def main(cfg: DictConfig) -> None:
     x, y, weights = tiny_problem()
     per_rank = SAMPLES // rt.world_size
     shard = slice(rt.rank * per_rank, (rt.rank + 1) * per_rank)
+    if os.environ.get(FOREVER_VAR):  # the launcher test of a rank killed mid-run
+        step_forever(x[shard], y[shard], weights)
     final, losses = train_tiny(x[shard], y[shard], weights)
     out = os.path.join(rt.run_dir, RESULT_FILE.format(rank=rt.rank))
     np.savez(out, losses=np.asarray(losses), world=rt.world_size, **final)

@@ -140,6 +140,9 @@ def test_a_fresh_run_into_a_used_folder_is_refused_unless_overwritten(tmp_path):
     with pytest.raises(ValueError, match="train.resume=auto.*train.overwrite=true.*hydra.run.dir"):
         prepare_run_folder(str(run), resume=False, overwrite=False, is_main=True)
     prepare_run_folder(str(run), resume=True, overwrite=False, is_main=True)  # continuing it
+    # Another rank of the same job finds rank 0's first files: not its call to make.
+    prepare_run_folder(str(run), resume=False, overwrite=False, is_main=False)
+    assert (run / "results.csv").is_file()
     prepare_run_folder(str(run), resume=False, overwrite=True, is_main=True)
     assert sorted(p.name for p in run.iterdir()) == [".hydra", "train.log"]
 
