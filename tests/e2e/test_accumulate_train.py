@@ -23,6 +23,7 @@ ACCUMULATE = [
     "train.no_aug_epochs=1",
     "train.eval_interval=100",
     "train.tensorboard=false",
+    "runtime.compile_cache=true",  # the stopped and the resumed run load the straight run's graphs
 ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.multiscale import scheduled_size
+from ops.cpu_kernels import default_cache_dir
 from tests.e2e.tiny_run import run_entry
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,12 @@ CACHE_HIT = "Use the compilation cache"
 def test_multiscale_trains_several_sizes_and_resume_continues(tmp_path, cache_dir, monkeypatch):
     """With runtime.compile_cache on: the first run compiles every size up front (3 for
     range 1), the resumed run loads them all from the cache and compiles none."""
-    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "msdet-cache"))  # graphs, kernel
+    # Its own graph cache; the kernel library (and the measured kernel choice) as built.
+    kernels = default_cache_dir()  # read before the variable changes
+    os.makedirs(kernels, exist_ok=True)
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "msdet-cache"))
+    (tmp_path / "msdet-cache").mkdir()
+    (tmp_path / "msdet-cache" / "kernels").symlink_to(kernels, target_is_directory=True)
     run = tmp_path / "run"
     common = [
         "train.epochs=2",

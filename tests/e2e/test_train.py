@@ -123,8 +123,16 @@ def final_weights(run_dir) -> dict[str, np.ndarray]:
     return {k: v.asnumpy() for k, v in params.items() if not k.startswith("msdet_")}
 
 
-# 12 steps per epoch (48 images): long enough that a kill lands inside epoch 2.
-RESUME = ["train.epochs=3", "train.no_aug_epochs=1", "train.tensorboard=false", "data.num_train=48"]
+# 12 steps per epoch (48 images): long enough that a kill lands inside epoch 2. The compile
+# cache is on, as for a resumed run it would be: the straight run compiles, the stopped,
+# killed and resumed runs load its graphs (weights must still match to the last bit).
+RESUME = [
+    "train.epochs=3",
+    "train.no_aug_epochs=1",
+    "train.tensorboard=false",
+    "data.num_train=48",
+    "runtime.compile_cache=true",
+]
 
 
 @pytest.fixture(scope="module")
