@@ -24,8 +24,7 @@ def trained(tmp_path_factory, cache_dir):
 
     Under pytest-xdist the workers share it: the first to ask trains (the others wait on a
     lock), and every worker reads the same run folder and console output."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return _train(tmp_path_factory.mktemp("run"), cache_dir)
     shared = tmp_path_factory.getbasetemp().parent  # this session's, common to its workers
     with open(shared / "trained.lock", "w") as lock:
@@ -36,8 +35,13 @@ def trained(tmp_path_factory, cache_dir):
             out = subprocess.CompletedProcess(saved["args"], 0, saved["stdout"], saved["stderr"])
             return Path(saved["run_dir"]), out
         run_dir, out = _train(shared / "trained", cache_dir)
-        saved = {"run_dir": str(run_dir), "args": out.args, "stdout": out.stdout}
-        record.write_text(json.dumps({**saved, "stderr": out.stderr}))
+        saved = {
+            "run_dir": str(run_dir),
+            "args": out.args,
+            "stdout": out.stdout,
+            "stderr": out.stderr,
+        }
+        record.write_text(json.dumps(saved))
         return run_dir, out
 
 
