@@ -16,22 +16,55 @@ import numpy as np
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (Linux), else what platform knows."""
+# The SIMD levels that decide which kernels oneDNN, MindSpore's nnacl, PyTorch and msdet's
+# own CPU kernels run (x86 "flags", aarch64 "Features" in /proc/cpuinfo): two CPUs with the
+# same model name (an "AMD EPYC" with and without AVX-512) differ here.
+SIMD_FLAGS = ("avx512f", "avx512_vnni", "avx512_bf16", "avx2", "fma", "avx", "sse4_2",
+              "asimd", "sve", "sve2")  # fmt: skip
+
+
+def _cpuinfo() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return f.read()
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return ""
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU model name, with the x86 family/model numbers that tell generations apart
+    (from /proc/cpuinfo on Linux), else what platform knows."""
+    fields = _first_fields(_cpuinfo() if cpuinfo is None else cpuinfo)
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']} model {fields['model']})"
+    return name
+
+
+def cpu_simd(cpuinfo: str | None = None) -> str:
+    """The SIMD levels this CPU has, of :data:`SIMD_FLAGS`, widest first ("" if unknown)."""
+    fields = _first_fields(_cpuinfo() if cpuinfo is None else cpuinfo)
+    have = set((fields.get("flags") or fields.get("Features") or "").split())
+    return " ".join(flag for flag in SIMD_FLAGS if flag in have)
+
+
+def _first_fields(cpuinfo: str) -> dict[str, str]:
+    """``key: value`` pairs of the first processor in a /proc/cpuinfo text."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return fields
 
 
 def machine() -> dict[str, Any]:
-    """CPU model, core count, load average, Python."""
+    """CPU model and SIMD levels, core count, load average, Python."""
     return {
         "cpu": cpu_model(),
+        "simd": cpu_simd(),
         "cores": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
