@@ -42,8 +42,9 @@ class StepStatistics(nn.Cell):
     num_fg) tuple of the loss, ``skipped`` a bool scalar: this step updated no weight
     (overflow or non-finite gradient). ``counted`` (a bool scalar, with gradient
     accumulation): whether this call ends an optimizer step; a call that does not adds
-    nothing, so the statistics count optimizer steps. A skipped step's losses are left out of the sums (they may be
-    inf/NaN) but kept, for the first skipped step, to name the term at fault.
+    nothing, so the statistics count optimizer steps. A skipped step's losses are left out
+    of the sums (they may be inf/NaN) but kept, for the first skipped step, to name the
+    term at fault.
     ``skip_run`` (skipped steps in a row) survives the reads, so a run of skips that
     spans several sinks is counted whole.
     """

@@ -493,7 +493,7 @@ def _build_callbacks(
     training step, ``train.accumulate`` of them per optimizer step.
     """
     tcfg = cfg.train
-    k = accumulation(tcfg)
+    k = state.accumulate
     calls_per_sink = steps_per_sink * k
     cbs = []
     if isinstance(train_step.net_with_loss, MultiScaleResize):

@@ -15,8 +15,9 @@
 #                    fails (Ascend; default here 7200, HCCL's own 1836): ranks wait for
 #                    rank 0 while it scores the gathered evaluation and saves checkpoints
 #   HCCL_CONNECT_TIMEOUT  seconds HCCL waits for every rank to connect (Ascend; 120-7200,
-#                    default here 1800; MindSpore sets 600 when unset, HCCL's own is 120): each rank compiles its graphs before
-#                    the first collective, and one YOLOX graph takes 170-341 s on a 910
+#                    default here 1800; MindSpore sets 600 when unset, HCCL's own is 120):
+#                    each rank compiles its graphs before the first collective, and one
+#                    YOLOX graph takes 170-341 s on a 910
 #   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
 #
 # Everything lands in the run folder (hydra.run.dir=..., else outputs/<date>/<time>):

@@ -176,15 +176,13 @@ def test_fp32_nonfinite_loss_in_one_micro_batch_skips_the_step():
 def test_float_status_flag_of_any_micro_batch_skips_the_step():
     """The Ascend float-status register path: the register is read after every micro-batch
     (and cleared), and a flag in any of them skips the window."""
-    from tests.engine.test_train_step import FloatStatusRegister
+    from tests.engine.test_train_step import FloatStatusRegister, flag_inf_input
 
     reg = FloatStatusRegister()
 
     class Flagging(Linear):
         def construct(self, x, y, mask):
-            flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
-            x = ops.depend(x, ops.assign(reg.value, ops.maximum(reg.value, flag)))
-            return super().construct(ops.select(ops.isinf(x), ops.zeros_like(x), x), y, mask)
+            return super().construct(flag_inf_input(reg.value, x), y, mask)
 
     x, y, m = data(16)
     x = overflowing(x, [2])  # window 1, micro-batch 2: finite gradients, flagged register

@@ -204,15 +204,21 @@ class FloatStatusRegister:
         self.ops = (Clear(), Get())
 
 
+def flag_inf_input(register, x):
+    """Inside a network: set the ``FloatStatusRegister`` when ``x`` holds inf, as the device
+    flags an overflow anywhere in the step, and return ``x`` with its infs zeroed (so the
+    gradients stay finite and only the register tells)."""
+    flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
+    x = ops.depend(x, ops.assign(register, ops.maximum(register, flag)))
+    return ops.select(ops.isinf(x), ops.zeros_like(x), x)
+
+
 def test_float_status_register_is_cleared_before_the_step_and_read_after():
     reg = FloatStatusRegister()
 
     class Flagging(Quadratic):
         def construct(self, x, targets, mask):
-            # The device flags an overflow anywhere in the step; here: an inf input.
-            flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
-            x = ops.depend(x, ops.assign(reg.value, ops.maximum(reg.value, flag)))
-            return super().construct(ops.select(ops.isinf(x), ops.zeros_like(x), x), targets, mask)
+            return super().construct(flag_inf_input(reg.value, x), targets, mask)
 
     net = Flagging()
     step = TrainStep(
