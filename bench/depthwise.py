@@ -138,7 +138,14 @@ def compare_train_steps(steps: int, threads: int) -> dict:
         ms.set_seed(0)
         net = build_model(cfg.model, num_classes)
         lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-        train_steps[name] = build_train_step(net, YOLOXLoss(num_classes), lrs, cfg.train, rt)
+        train_steps[name] = build_train_step(
+            net,
+            YOLOXLoss(num_classes),
+            lrs,
+            cfg.train,
+            rt,
+            skip_nonfinite=bool(cfg.runtime.check_finite),
+        )
         start = time.perf_counter()
         train_steps[name](images, targets, mask)[0].asnumpy()
         first[name] = round(time.perf_counter() - start, 2)

@@ -44,7 +44,14 @@ def main(cfg: DictConfig) -> None:
     batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)
     net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
     lrs = yolox_lr_schedule(0.01, steps + warmup + 2, 1, 0, 0)
-    step = build_train_step(net, YOLOXLoss(NUM_CLASSES), lrs, cfg.train, rt)
+    step = build_train_step(
+        net,
+        YOLOXLoss(NUM_CLASSES),
+        lrs,
+        cfg.train,
+        rt,
+        skip_nonfinite=bool(cfg.runtime.check_finite),
+    )
     arrays = synthetic_batch(batch, h, NUM_CLASSES, int(cfg.data.max_objects), 5, seed=rt.rank)
     images, targets, mask = (ms.Tensor(a) for a in arrays)
     started = time.perf_counter()

@@ -59,7 +59,9 @@ def one_variant(fusion: str, steps: int, overrides: list[str]) -> dict:
     ms.set_seed(0)
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, steps + 10, 1, 0, 0)
-    step = build_train_step(net, YOLOXLoss(80), lrs, cfg.train, rt)
+    step = build_train_step(
+        net, YOLOXLoss(80), lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
     batch, size, max_objects = (
         int(cfg.train.batch_size),
         int(cfg.data.img_size[0]),

@@ -117,7 +117,9 @@ def msdet_side(args, overrides: list[str]) -> dict:
     stages.mark("network built")
     loss = YOLOXLoss(args.num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, args.steps + 2, 1, 0, 0)
-    step = build_train_step(net, loss, lrs, cfg.train, rt)
+    step = build_train_step(
+        net, loss, lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
     stages.mark("training step built (optimizer, EMA)")
     images, targets, mask = (
         ms.Tensor(a)

@@ -41,7 +41,9 @@ def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     net = build_model(cfg.model, num_classes)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, (len(sizes) + 1) * (steps + 2), 1, 0, 0)
-    step = build_train_step(net, loss, lrs, cfg.train, rt, img_size=base)
+    step = build_train_step(
+        net, loss, lrs, cfg.train, rt, img_size=base, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
     resize = step.net_with_loss
     arrays = synthetic_batch(batch, base[0], num_classes, int(cfg.data.max_objects), objects)
     images, targets, mask = (ms.Tensor(a) for a in arrays)

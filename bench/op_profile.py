@@ -113,7 +113,9 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
 
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-    train_step = build_train_step(net, YOLOXLoss(80), lrs, cfg.train, rt)
+    train_step = build_train_step(
+        net, YOLOXLoss(80), lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
     images, targets, mask = (ms.Tensor(a) for a in synthetic_batch(8, 320, 80, 50, 5))
 
     def step():
@@ -139,13 +141,15 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     if not files:
         raise SystemExit(f"MindSpore's profiler wrote no cpu_op_detail_info file under {out}")
     groups: Counter = Counter()
-    ops = 0
+    counts: Counter = Counter()  # operators launched, per group
+    types: Counter = Counter()  # and per operator type
     with open(max(files, key=os.path.getmtime), encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            groups[msdet_category(row["op_type"], row["full_op_name"])] += float(
-                row["op_total_time(ms)"]
-            )
-            ops += int(row["op_occurrences"])
+            group = msdet_category(row["op_type"], row["full_op_name"])
+            groups[group] += float(row["op_total_time(ms)"])
+            counts[group] += int(row["op_occurrences"])
+            types[row["op_type"]] += int(row["op_occurrences"])
+    ops = sum(counts.values())
     return {
         "framework": "msdet",
         "cpu_kernels": list(rt.kernel_names),
@@ -153,6 +157,8 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
         "profiled_step_s": round(median(profiled[1:]), 4),
         "ops_per_step": round(ops / steps),
         "ms_per_step": {k: round(groups[k] / steps, 1) for k in CATEGORIES},
+        "ops_per_step_by_group": {k: round(counts[k] / steps) for k in CATEGORIES},
+        "ops_per_step_by_type": {k: round(n / steps) for k, n in types.most_common(25)},
         "profile_dir": out,
     }
 

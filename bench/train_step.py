@@ -52,7 +52,9 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
     net = apply_amp(net, rt)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, steps + warmup + 1, 1, 0, 0)
-    step = build_train_step(net, loss, lrs, cfg.train, rt)
+    step = build_train_step(
+        net, loss, lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
+    )
     images, targets, mask = (
         ms.Tensor(a)
         for a in synthetic_batch(batch, size, num_classes, int(cfg.data.max_objects), objects)

@@ -28,7 +28,7 @@ import numpy as np
 from mindspore import nn
 
 from engine.step_stats import NOT_SAVED
-from engine.train_step import ACCUMULATE_PREFIX
+from engine.train_step import ACCUMULATE_PREFIX, EMA_BUFFER, ModelEMA
 from models.checkpoint import CheckpointError, check_compatible, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,29 @@ def not_saved(name: str) -> bool:
     return name in NOT_SAVED or name in SCHEDULE_PARAMS
 
 
+def find_ema(cell: nn.Cell) -> ModelEMA | None:
+    """The training step's :class:`ModelEMA`, if it has one."""
+    return next((c for _, c in cell.cells_and_names() if isinstance(c, ModelEMA)), None)
+
+
 def save_atomic(cell: nn.Cell, path: str, meta: dict) -> None:
     """Write a checkpoint so that ``path`` is either the old file or the complete new one.
 
-    MindSpore appends ``.ckpt`` to names without it, so the temporary file keeps it too.
-    A failed write (a full disk, a read-only folder) raises :class:`CheckpointError` and
-    leaves no partial file.
+    The EMA's flat buffer is written as one ``ema.<name>`` entry per weight. MindSpore
+    appends ``.ckpt`` to names without it, so the temporary file keeps it too. A failed
+    write (a full disk, a read-only folder) raises :class:`CheckpointError` and leaves no
+    partial file.
     """
     tmp = path[: -len(".ckpt")] + PARTIAL
+    ema = find_ema(cell)
+    extra = {**meta, **(ema.checkpoint_entries() if ema is not None else {})}
     try:
-        ms.save_checkpoint(cell, tmp, append_dict=meta, choice_func=lambda n: not not_saved(n))
+        ms.save_checkpoint(
+            cell,
+            tmp,
+            append_dict=extra,
+            choice_func=lambda n: not (not_saved(n) or n == EMA_BUFFER),
+        )
         os.replace(tmp, path)
     except (OSError, RuntimeError, ValueError) as err:
         if os.path.exists(tmp):
@@ -178,6 +191,9 @@ def restore_training_state(train_cell: nn.Cell, path: str, steps_per_epoch: int)
         )
     for name in SCHEDULE_PARAMS:  # a checkpoint written before the schedule was left out
         params.pop(name, None)
+    ema = find_ema(train_cell)
+    if ema is not None:
+        ema.pack(params, path)  # ema.<name> entries -> the flat buffer
     for param in train_cell.get_parameters():  # not training state: keep the cell's own
         # An accumulation window's buffers are empty at an epoch's end: a checkpoint of a run
         # without train.accumulate resumes with it (they start at zero).

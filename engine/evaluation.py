@@ -16,6 +16,7 @@ import shutil
 from typing import Any
 
 import cv2
+import mindspore as ms
 import numpy as np
 from mindspore import nn
 
@@ -32,7 +33,7 @@ from engine.evaluator import (
 from engine.plots import FILES as PLOT_FILES
 from engine.plots import plot_val_predictions
 from engine.train_step import ModelEMA
-from models.checkpoint import EMA_PREFIX, network_weights, read_checkpoint
+from models.checkpoint import network_weights, read_checkpoint
 from models.inference import InferenceNet, build_nms
 from models.yolox import build_model
 
@@ -74,15 +75,22 @@ class TrainingEvaluation:
                 int((own >= 0).sum()),
                 len(source),
             )
-        self.sources = {p.name: p for p in net.get_parameters()}
-        if ema is not None:
-            self.sources = {p.name[len(EMA_PREFIX) :]: p for p in ema.averages}
+        self.net, self.ema = net, ema
         self.kept: list = []
         self.last_metrics: dict[str, Any] | None = None
 
+    def _current_weights(self) -> dict:
+        """The weights training has reached: the EMA's averages, else the network's own."""
+        if self.ema is not None:
+            return self.ema.named_averages()
+        return {p.name: p.asnumpy() for p in self.net.get_parameters()}
+
     def _load(self, weights: dict) -> None:
+        """Copy ``weights`` (name -> array, Tensor or Parameter) into the evaluation network."""
         for param in self.eval_net.get_parameters():
-            param.set_data(weights[param.name].value().astype(param.dtype))
+            value = weights[param.name]
+            value = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+            param.set_data(ms.Tensor(value, dtype=param.dtype))
 
     def _run(self, out_dir: str, verbose: bool) -> dict[str, Any] | None:
         """Metrics on rank 0; None on the other ranks.
@@ -106,7 +114,7 @@ class TrainingEvaluation:
 
     def evaluate(self, epoch: int) -> dict[str, Any] | None:
         """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
-        self._load(self.sources)
+        self._load(self._current_weights())
         self.last_metrics = self._run(os.path.join(self.run_dir, "eval"), verbose=False)
         if self.last_metrics is not None and self.kept:
             conf = float(self.last_metrics["analysis"]["confusion_matrix_conf"])
@@ -140,7 +148,7 @@ class TrainingEvaluation:
             log.warning(
                 "no best.ckpt (no evaluation improved mAP): final metrics of the last weights"
             )
-            self._load(self.sources)
+            self._load(self._current_weights())
             return self._run(self.run_dir, verbose=True) or {}
         if self.last_metrics and last_was_best and not self.distributed:
             src = os.path.join(self.run_dir, "eval")

@@ -69,6 +69,14 @@ class Runtime:
         return self.amp_level != "O0"
 
     @property
+    def finite_check(self) -> str:
+        """How the training step checks its gradients for NaN/Inf (``TrainStep``): on
+        Ascend ``ms.amp.all_finite``, one ``AllFinite`` operator over all gradients; on CPU
+        and GPU, where that function runs four operators per gradient, one check over the
+        gradients concatenated."""
+        return "mindspore" if self.device == "Ascend" else "flat"
+
+    @property
     def kernel_key(self) -> str | None:
         """The kernel library and the kernels in use: both change the compiled graphs."""
         if self.cpu_kernels is None:

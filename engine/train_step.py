@@ -51,20 +51,21 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from engine.step_stats import StepStatistics
-from models.checkpoint import EMA_PREFIX
+from models.checkpoint import EMA_PREFIX, CheckpointError
 
 ACCUMULATE_PREFIX = "accumulate."  # the accumulation window's Parameters (k > 1 only)
+# ModelEMA's flat buffer: never saved under this name (checkpoints hold ema.<name> entries).
+EMA_BUFFER = "ema_buffer"
+FINITE_CHECKS = ("flat", "mindspore")  # how TrainStep tells a finite gradient (_all_finite)
 
 EMA_RAMP = 2000.0  # YOLOX: decay * (1 - exp(-updates / 2000))
 
-_ema_update = ops.MultitypeFuncGraph("ema_update")
+_flat_value = ops.MultitypeFuncGraph("flat_value")
 
 
-@_ema_update.register("Tensor", "Tensor", "Tensor")
-def _update_one(weight, ema, value):
-    # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel
-    # instead of three (the EMA touches all ~540 parameters every step).
-    return ops.assign(ema, ops.lerp(ema, value, weight))
+@_flat_value.register("Tensor")
+def _flat_value_one(param):
+    return param.reshape((-1,)).astype(ms.float32)
 
 
 _unscale = ops.MultitypeFuncGraph("unscale")
@@ -91,8 +92,13 @@ def _accumulate_one(closes, total, grad):
 class ModelEMA(nn.Cell):
     """Exponential moving average of every network parameter, BatchNorm statistics included.
 
-    The averaged copies are Parameters named ``ema.<name>``: they live in the training
-    graph, and in checkpoints next to the raw weights.
+    The averages live in one flat float32 Parameter, :data:`EMA_BUFFER` (every parameter
+    flattened, in the network's order): one step updates it with one ``Concat``, one
+    ``Lerp`` and one ``Assign``, where a Parameter per weight took a ``Lerp`` and an
+    ``Assign`` each, ~1,080 operators of a YOLOX-nano step (BENCHMARKS.md, "Operators per
+    step"). Checkpoints keep one entry per weight, ``ema.<name>``, as before:
+    :meth:`checkpoint_entries` splits the buffer when a checkpoint is written and
+    :meth:`pack` joins the entries when one is loaded (``engine.checkpoint``).
     """
 
     def __init__(self, network: nn.Cell, decay: float = 0.9998):
@@ -102,11 +108,16 @@ class ModelEMA(nn.Cell):
         # weight gains a segment) but keeps each parameter's own name.
         params = list(network.get_parameters())
         self.sources = ParameterTuple(params)
-        self.averages = ParameterTuple(
-            [
-                Parameter(p.data.copy(), name=EMA_PREFIX + p.name, requires_grad=False)
-                for p in params
-            ]
+        self.names = [p.name for p in params]
+        self.shapes = [tuple(p.shape) for p in params]
+        arrays = [p.asnumpy() for p in params]
+        self.np_dtypes = [a.dtype for a in arrays]
+        sizes = [int(np.prod(shape)) for shape in self.shapes]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.buffer = Parameter(
+            ms.Tensor(self._flatten(arrays)),
+            name=EMA_BUFFER,
+            requires_grad=False,
         )
         self.updates = Parameter(
             ms.Tensor(0.0, ms.float32), name="ema_updates", requires_grad=False
@@ -117,7 +128,48 @@ class ModelEMA(nn.Cell):
         updates = self.updates + 1.0
         ops.assign(self.updates, updates)
         d = self.decay * (1.0 - ops.exp(-updates / EMA_RAMP))
-        return self.hyper_map(ops.partial(_ema_update, 1.0 - d), self.averages, self.sources)
+        # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel
+        values = ops.concat(self.hyper_map(_flat_value, self.sources))
+        return ops.assign(self.buffer, ops.lerp(self.buffer, values, 1.0 - d))
+
+    def _flatten(self, arrays) -> np.ndarray:
+        if len(arrays) == 0:
+            return np.zeros(0, np.float32)
+        return np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays])
+
+    def named_averages(self) -> dict[str, np.ndarray]:
+        """{parameter name: its average}, each in its parameter's shape and dtype."""
+        flat = self.buffer.asnumpy()
+        return {
+            name: flat[a:b].reshape(shape).astype(dtype)
+            for name, shape, dtype, a, b in zip(
+                self.names, self.shapes, self.np_dtypes, self.offsets[:-1], self.offsets[1:]
+            )
+        }
+
+    def checkpoint_entries(self) -> dict[str, ms.Tensor]:
+        """The averages as a checkpoint stores them: ``ema.<name>`` -> Tensor."""
+        return {EMA_PREFIX + k: ms.Tensor(v) for k, v in self.named_averages().items()}
+
+    def pack(self, params: dict, source: str) -> None:
+        """Replace the ``ema.<name>`` entries of a checkpoint dict by :data:`EMA_BUFFER`,
+        in place; a missing or mis-shaped entry is an error that names it."""
+        arrays = []
+        for name, shape in zip(self.names, self.shapes):
+            key = EMA_PREFIX + name
+            if key not in params:
+                raise CheckpointError(
+                    f"{source}: parameter {key!r} of the training step is missing from the "
+                    "checkpoint (a different architecture? check model=...)"
+                )
+            have = tuple(params[key].shape)
+            if have != shape:
+                raise CheckpointError(
+                    f"{source}: parameter {key!r} has shape {have} in the checkpoint but "
+                    f"{shape} in the model"
+                )
+            arrays.append(params.pop(key).asnumpy())
+        params[EMA_BUFFER] = Parameter(ms.Tensor(self._flatten(arrays)), name=EMA_BUFFER)
 
 
 def network_images(images: ms.Tensor) -> ms.Tensor:
@@ -145,7 +197,9 @@ class TrainStep(nn.Cell):
     ``accumulate`` > 1: one call per micro-batch, one optimizer step per ``accumulate``
     calls (module docstring); a call returns the open window's mean loss terms so far
     (``num_fg`` summed), the window's lr and scale, and ``skipped`` True only on the last
-    call of a skipped window.
+    call of a skipped window. ``finite_check``: how the gradients are checked without a
+    status register (:meth:`_all_finite`; ``engine.runtime.Runtime.finite_check`` chooses
+    per device).
     """
 
     def __init__(
@@ -161,8 +215,12 @@ class TrainStep(nn.Cell):
         skip_nonfinite: bool = False,
         float_status: tuple | None = None,
         accumulate: int = 1,
+        finite_check: str = "flat",
     ):
         super().__init__(auto_prefix=False)
+        if finite_check not in FINITE_CHECKS:
+            raise ValueError(f"finite_check must be one of {FINITE_CHECKS}, got {finite_check!r}")
+        self.finite_check = finite_check
         if int(accumulate) < 1:
             raise ValueError(f"train.accumulate must be >= 1, got {accumulate}")
         self.net_with_loss = net_with_loss
@@ -331,10 +389,19 @@ class TrainStep(nn.Cell):
             flags = ops.depend(flags, self.clear_status(ops.depend(status, flags)))
             local_bad = (flags != 0).any()
         else:
-            local_bad = ops.logical_not(ms.amp.all_finite(grads))
+            local_bad = ops.logical_not(self._all_finite(grads))
         if not self.dynamic_scale:
             local_bad = ops.logical_or(local_bad, ops.logical_not(ops.isfinite(loss)))
         return local_bad.astype(ms.float32)
+
+    def _all_finite(self, grads):
+        """True when every gradient element is finite. ``finite_check="flat"``: one
+        ``IsFinite`` over the gradients concatenated (3 operators, one copy of the
+        gradients); ``"mindspore"``: ``ms.amp.all_finite`` (Ascend's ``AllFinite``
+        operator; elsewhere 4 operators per gradient, ~1,320 per YOLOX step)."""
+        if self.finite_check == "flat":
+            return ops.isfinite(ops.concat(self.hyper_map(_flat_value, grads))).all()
+        return ms.amp.all_finite(grads)
 
     def _all_ranks_finite(self, grads, loss, status):
         """True when no rank saw an overflow: the local flag, summed over the ranks."""

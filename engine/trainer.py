@@ -404,6 +404,7 @@ def build_train_step(
         skip_nonfinite=skip_nonfinite,
         float_status=float_status_ops() if rt.float_status else None,
         accumulate=accumulation(tcfg),
+        finite_check=rt.finite_check,
     )
     step.set_train(True)
     return step

@@ -112,5 +112,5 @@ def load_pretrained(net: nn.Cell, path: str, strict: bool = True) -> PretrainedR
             + "\n  ".join(problems)
         )
     for param, value in updates:
-        param.set_data(ms.Tensor(value.astype(ms.dtype_to_nptype(param.dtype))))
+        param.set_data(ms.Tensor(value, dtype=param.dtype))
     return report

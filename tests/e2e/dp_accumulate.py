@@ -97,7 +97,7 @@ def train(mode: str, accumulate: int, reducer_world: int | None, batches) -> dic
         skipped.append(bool(out[8].asnumpy()))
     return {
         "weights": np.concatenate([net.weight.asnumpy().ravel(), net.bias.asnumpy()]),
-        "ema": np.concatenate([a.asnumpy().ravel() for a in step.ema.averages]),
+        "ema": step.ema.buffer.asnumpy().copy(),
         "skipped": np.asarray(skipped),
         "global_step": int(step.optimizer.global_step.asnumpy()[0]),
         "scale": float(step.scale.asnumpy()),

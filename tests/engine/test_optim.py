@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 import pytest
+from mindspore import Parameter, nn
 
-from engine.optim import scaled_lr, split_decay_params, yolox_lr_schedule
+from engine.optim import DecayInKernelSGD, scaled_lr, split_decay_params, yolox_lr_schedule
 from models.yolox import build_model, load_model_config
 from tests.torch_reference import require_yolox
 
@@ -58,3 +60,37 @@ def test_weight_decay_only_on_conv_weights():
     # As YOLOX's groups: every conv has a weight with decay (113 convs in nano).
     assert len(decay) == 113
     assert len(decay) + len(no_decay) == len(net.trainable_params())
+
+
+class Weights(nn.Cell):
+    """A decayed weight and an undecayed one."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.a = Parameter(ms.Tensor(rng.normal(size=(3, 2, 2)).astype(np.float32)), name="a")
+        self.b = Parameter(ms.Tensor(rng.normal(size=(5,)).astype(np.float32)), name="b")
+
+
+def test_sgd_weight_decay_in_the_kernel_matches_mindspores_decay_pass():
+    """DecayInKernelSGD hands the decay to each SGD kernel; the updates are nn.SGD's."""
+
+    def run(cls):
+        net = Weights()
+        params = [p for p in net.get_parameters() if p.requires_grad]
+        groups = [
+            {"params": params[:1], "weight_decay": 0.05},
+            {"params": params[1:], "weight_decay": 0.0},
+        ]
+        opt = cls(groups, learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=0.0)
+        rng = np.random.default_rng(1)
+        for _ in range(3):
+            grads = tuple(ms.Tensor(rng.normal(size=p.shape).astype(np.float32)) for p in params)
+            opt(grads)
+        return [p.asnumpy().copy() for p in params]
+
+    ours, theirs = run(DecayInKernelSGD), run(nn.SGD)
+    start = Weights()
+    assert not np.allclose(ours[0], start.a.asnumpy())  # the weights moved
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

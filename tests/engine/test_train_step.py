@@ -47,9 +47,111 @@ def test_ema_follows_yolox_ramp():
     net.w.set_data(ms.Tensor(np.array([3.0, 3.0], np.float32)))
     ema()
     d = 0.9998 * (1 - math.exp(-1 / 2000))
-    np.testing.assert_allclose(ema.averages[0].asnumpy(), d * start + (1 - d) * 3.0, rtol=1e-6)
+    np.testing.assert_allclose(ema.named_averages()["w"], d * start + (1 - d) * 3.0, rtol=1e-6)
     assert float(ema.updates.asnumpy()) == 1.0
-    assert ema.averages[0].name == "ema.w"
+    assert list(ema.checkpoint_entries()) == ["ema.w"]
+
+
+class Mixed(nn.Cell):
+    """Parameters of several shapes and dtypes, as a network's weights and BN statistics."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.a = Parameter(ms.Tensor(rng.normal(size=(3, 2, 2)).astype(np.float32)), name="a")
+        self.b = Parameter(ms.Tensor(rng.normal(size=(5,)).astype(np.float16)), name="b.w")
+        self.c = Parameter(ms.Tensor(np.float32(2.5)), name="c.moving_mean", requires_grad=False)
+
+
+def test_ema_buffer_averages_each_parameter_and_round_trips_through_checkpoint_entries():
+    """The flat buffer gives every parameter its own average, in its shape and dtype; its
+    checkpoint entries pack back into the same buffer."""
+    net = Mixed()
+    ema = ModelEMA(net, decay=0.5)
+    dtypes = {p.name: p.asnumpy().dtype for p in net.get_parameters()}
+    start = {p.name: p.asnumpy().astype(np.float32) for p in net.get_parameters()}
+    new = {name: (value * 3.0 + 1.0).astype(dtypes[name]) for name, value in start.items()}
+    for param in net.get_parameters():
+        param.set_data(ms.Tensor(new[param.name]))
+    ema()
+    d = 0.5 * (1 - math.exp(-1 / 2000))
+    averages = ema.named_averages()
+    assert set(averages) == {"a", "b.w", "c.moving_mean"}
+    for name, value in averages.items():
+        assert value.shape == start[name].shape and value.dtype == dtypes[name]
+        want = d * start[name] + (1 - d) * new[name].astype(np.float32)
+        np.testing.assert_allclose(value.astype(np.float32), want, rtol=1e-3)
+    entries = ema.checkpoint_entries()
+    assert sorted(entries) == ["ema.a", "ema.b.w", "ema.c.moving_mean"]
+    params = {k: Parameter(v, name=k) for k, v in entries.items()}
+    params["other"] = Parameter(ms.Tensor(1.0), name="other")
+    before = ema.buffer.asnumpy().copy()
+    ema.pack(params, "x.ckpt")
+    assert sorted(params) == ["ema_buffer", "other"]  # the entries became the buffer
+    np.testing.assert_allclose(params["ema_buffer"].asnumpy(), before, rtol=1e-3)
+    assert float(np.abs(before).sum()) > 0
+
+
+def test_ema_pack_names_a_missing_or_misshaped_entry():
+    from models.checkpoint import CheckpointError
+
+    ema = ModelEMA(Mixed())
+    entries = ema.checkpoint_entries()
+    missing = {k: v for k, v in entries.items() if k != "ema.b.w"}
+    with pytest.raises(CheckpointError, match=r"x.ckpt.*'ema.b.w'.*missing"):
+        ema.pack(missing, "x.ckpt")
+    wrong = dict(entries, **{"ema.a": ms.Tensor(np.zeros((2, 2), np.float32))})
+    with pytest.raises(CheckpointError, match=r"'ema.a' has shape \(2, 2\).*\(3, 2, 2\)"):
+        ema.pack(wrong, "x.ckpt")
+
+
+class TwoParams(nn.Cell):
+    """loss = sum((w - x)^2) + sum((v - x)^2): two gradients, so that the finite check
+    has to look past the first one."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(ms.Tensor(np.array([1.0, -2.0], np.float32)), name="w")
+        self.v = Parameter(ms.Tensor(np.ones((2, 2), np.float32)), name="v")
+
+    def construct(self, x, targets, mask):
+        loss = ((self.w - x) ** 2).sum() + ((self.v - x[1:2]) ** 2).sum()
+        loss = loss * targets.sum() * mask.sum()
+        zero = ops.zeros((), ms.float32)
+        return loss, zero, zero, zero, zero, zero
+
+
+@pytest.mark.parametrize("finite_check", ["flat", "mindspore"])
+def test_both_finite_checks_skip_a_step_whose_second_gradient_is_not_finite(finite_check):
+    """The flat check (one IsFinite over the concatenated gradients) and MindSpore's
+    all_finite skip exactly the same steps."""
+    net = TwoParams()
+    step = TrainStep(
+        net, build_optimizer(net, 0.1, SGD_CFG), skip_nonfinite=True, finite_check=finite_check
+    )
+    before = (net.w.asnumpy().copy(), net.v.asnumpy().copy())
+    out = call(step, [0.0, np.nan])  # w's gradient has a NaN, v's gradient is all NaN
+    assert bool(out[8].asnumpy())
+    assert net.w.asnumpy().tobytes() == before[0].tobytes()
+    assert net.v.asnumpy().tobytes() == before[1].tobytes()
+    out = call(step, [0.0, 0.5])
+    assert not bool(out[8].asnumpy())
+    assert not np.array_equal(net.v.asnumpy(), before[1])  # a finite step updates
+
+
+def test_an_unknown_finite_check_is_refused():
+    net = TwoParams()
+    with pytest.raises(ValueError, match="finite_check.*'fast'"):
+        TrainStep(net, build_optimizer(net, 0.1, SGD_CFG), finite_check="fast")
+
+
+def test_the_runtime_chooses_mindspores_check_on_ascend_only():
+    from engine.runtime import Runtime
+
+    kwargs = {"mode": "graph", "amp_level": "O0", "sink": False, "sink_size": -1}
+    assert Runtime(device="Ascend", **kwargs).finite_check == "mindspore"
+    assert Runtime(device="CPU", **kwargs).finite_check == "flat"
+    assert Runtime(device="GPU", **kwargs).finite_check == "flat"
 
 
 def test_fixed_loss_scale_gives_unscaled_update():

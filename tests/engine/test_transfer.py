@@ -72,7 +72,7 @@ def test_frozen_part_stays_bit_identical_through_training_steps(level, prefix, p
     for seed in range(2):
         step(*_batch(seed))
     after = _values(net)
-    averages = {p.name[len("ema.") :]: p.asnumpy() for p in ema.averages}
+    averages = ema.named_averages()
     for name in frozen:  # weights and BatchNorm running statistics
         assert after[name].tobytes() == before[name].tobytes(), name
         assert averages[name].tobytes() == before[name].tobytes(), name
