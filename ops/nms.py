@@ -58,7 +58,11 @@ class Candidates(nn.Cell):
         # propagates NaN; ArgMaxWithValue skips a NaN class probability unless it comes first.
         # NaN and inf propagate through the sum; written out because MindSpore cannot export
         # IsFinite or ReduceAll to ONNX.
-        finite = ops.abs(preds[:, :, : 5 + self.num_classes].sum(-1)) <= FLOAT32_MAX
+        # (The whole row when it has no further columns: MindSpore's CPU StridedSlice
+        # copying all 85 columns took 61 of Candidates' 103 ms at 416 px, batch 8.)
+        columns = 5 + self.num_classes
+        rows = preds if preds.shape[2] == columns else preds[:, :, :columns]
+        finite = ops.abs(rows.sum(-1)) <= FLOAT32_MAX
         valid = ops.logical_and(finite, scores >= self.conf_thresh)
         masked = ops.where(valid, scores, ops.full_like(scores, INVALID_SCORE))
         # Ascend's NMSWithMask ignores the score column, so the input must be pre-sorted.

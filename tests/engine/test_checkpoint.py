@@ -183,3 +183,38 @@ def test_resume_keeps_the_step_and_moves_it_only_for_another_epoch_length(tmp_pa
     halved = Stepped(0)
     state = restore_training_state(halved, str(folder / LAST), steps_per_epoch=5)
     assert state.global_step == 10 and int(halved.global_step.asnumpy()[0]) == 10
+
+
+class Averaged(nn.Cell):
+    """A network's weight and its ModelEMA, as the training step holds them."""
+
+    def __init__(self, value: float):
+        super().__init__(auto_prefix=False)  # as TrainStep: the weights keep their names
+        from engine.train_step import ModelEMA
+
+        self.net = Weights(value)
+        self.ema = ModelEMA(self.net)
+
+
+def test_the_ema_buffer_is_saved_as_one_entry_per_weight_and_resumed_into_the_buffer(tmp_path):
+    """Checkpoints keep ``ema.<name>`` (what eval.py, predict.py and older checkpoints
+    use), never the flat buffer; resuming packs the entries back into it."""
+    from engine.checkpoint import restore_training_state
+    from engine.train_step import EMA_BUFFER
+
+    cell = Averaged(1.5)
+    cell.ema.buffer.set_data(Tensor(np.arange(4, dtype=np.float32) + 7.0))
+    folder = tmp_path / "checkpoints"
+    CheckpointManager(str(folder)).save_epoch(cell, meta(1, 0.2), 1, is_best=False)
+    params = ms.load_checkpoint(str(folder / LAST))
+    assert EMA_BUFFER not in params
+    assert params["ema.w"].asnumpy().tolist() == [7.0, 8.0, 9.0, 10.0]
+    assert params["w"].asnumpy().tolist() == [1.5] * 4
+    resumed = Averaged(0.0)
+    restore_training_state(resumed, str(folder / LAST), steps_per_epoch=1)
+    assert resumed.ema.buffer.asnumpy().tolist() == [7.0, 8.0, 9.0, 10.0]
+    assert resumed.net.w.asnumpy().tolist() == [1.5] * 4
+    # A checkpoint without EMA weights cannot resume a run with an EMA: named.
+    CheckpointManager(str(tmp_path / "plain")).save_epoch(Weights(2.0), meta(1, 0.2), 1, False)
+    with pytest.raises(CheckpointError, match="'ema.w'.*missing"):
+        restore_training_state(Averaged(0.0), str(tmp_path / "plain" / LAST), steps_per_epoch=1)
