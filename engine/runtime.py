@@ -63,8 +63,9 @@ class Runtime:
         """Dynamic loss scaling (overflowed steps skipped) whenever fp16 is in play.
 
         MindSpore's Model-level DynamicLossScaleManager is refused on CPU, but msdet's own
-        training step (``ms.amp.all_finite`` + a skipped update) runs on every device, so
-        the Ascend code path is the one exercised on CPU too.
+        training step (a finite check on the gradients + a skipped update, see
+        :attr:`finite_check`) runs on every device, so the Ascend code path is the one
+        exercised on CPU too.
         """
         return self.amp_level != "O0"
 

@@ -89,6 +89,13 @@ def _accumulate_one(closes, total, grad):
     return ops.depend(value, ops.assign(total, kept))
 
 
+def _flatten(arrays: list) -> np.ndarray:
+    """Arrays as one float32 vector, in order (ModelEMA's buffer layout)."""
+    if len(arrays) == 0:
+        return np.zeros(0, np.float32)
+    return np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays])
+
+
 class ModelEMA(nn.Cell):
     """Exponential moving average of every network parameter, BatchNorm statistics included.
 
@@ -115,7 +122,7 @@ class ModelEMA(nn.Cell):
         sizes = [int(np.prod(shape)) for shape in self.shapes]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.buffer = Parameter(
-            ms.Tensor(self._flatten(arrays)),
+            ms.Tensor(_flatten(arrays)),
             name=EMA_BUFFER,
             requires_grad=False,
         )
@@ -131,11 +138,6 @@ class ModelEMA(nn.Cell):
         # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel
         values = ops.concat(self.hyper_map(_flat_value, self.sources))
         return ops.assign(self.buffer, ops.lerp(self.buffer, values, 1.0 - d))
-
-    def _flatten(self, arrays) -> np.ndarray:
-        if len(arrays) == 0:
-            return np.zeros(0, np.float32)
-        return np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays])
 
     def named_averages(self) -> dict[str, np.ndarray]:
         """{parameter name: its average}, each in its parameter's shape and dtype."""
@@ -169,7 +171,7 @@ class ModelEMA(nn.Cell):
                     f"{shape} in the model"
                 )
             arrays.append(params.pop(key).asnumpy())
-        params[EMA_BUFFER] = Parameter(ms.Tensor(self._flatten(arrays)), name=EMA_BUFFER)
+        params[EMA_BUFFER] = Parameter(ms.Tensor(_flatten(arrays)), name=EMA_BUFFER)
 
 
 def network_images(images: ms.Tensor) -> ms.Tensor:
@@ -191,7 +193,7 @@ class TrainStep(nn.Cell):
     nothing, so the weights stay those that produced it and a stop on that loss can name
     the parameter at fault. ``float_status``: the (clear, get) float-status primitives of
     ``engine.runtime.float_status_ops`` where the device detects overflow through its
-    status register, else None (``ms.amp.all_finite`` on the gradients). With a
+    status register, else None (a finite check on the gradients). With a
     ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
     when this step updated no weight; :attr:`stats` sums every step for the callbacks.
     ``accumulate`` > 1: one call per micro-batch, one optimizer step per ``accumulate``
