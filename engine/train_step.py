@@ -302,10 +302,7 @@ class TrainStep(nn.Cell):
         status, losses, grads = self._gradients(images, targets, mask)
         scale = self.scale * 1.0  # the value used for this step, before any adjustment
         lr = self.optimizer.get_lr()
-        if self.unscale:
-            grads = self.hyper_map(ops.partial(_unscale, scale), grads)
-        if self.clip_norm > 0:
-            grads = ops.clip_by_global_norm(grads, self.clip_norm)
+        grads = self._unscaled_clipped(grads, scale, self.unscale)
         if self.check_overflow:
             finite = self._all_ranks_finite(grads, losses[0], status)
             # Before the branch: a Parameter first touched after graph control flow no
@@ -357,7 +354,8 @@ class TrainStep(nn.Cell):
         closes = ops.depend(closes, self.stats(report, skipped, closes))
         if closes:
             if not self.check_overflow or finite:
-                self.optimizer(self._window_gradients(sums, scale))
+                # The window's mean gradient: the sum over k micro-batches, unscaled.
+                self.optimizer(self._unscaled_clipped(sums, scale * float(self.accumulate)))
             else:  # a skipped window still advances the schedule (see construct)
                 step = self.optimizer.global_step
                 ops.assign_add(step, ops.ones_like(step))
@@ -373,9 +371,12 @@ class TrainStep(nn.Cell):
         )
         return report + (lr, scale, skipped)
 
-    def _window_gradients(self, sums, scale):
-        """The window's mean gradient, unscaled and clipped."""
-        grads = self.hyper_map(ops.partial(_unscale, scale * float(self.accumulate)), sums)
+    def _unscaled_clipped(self, grads, divisor, divide: bool = True):
+        """Gradients divided by ``divisor`` (the loss scale; times k for an accumulation
+        window's sum) unless ``divide`` is False (a fixed scale of 1), then clipped to
+        ``clip_norm`` when it is set."""
+        if divide:
+            grads = self.hyper_map(ops.partial(_unscale, divisor), grads)
         if self.clip_norm > 0:
             grads = ops.clip_by_global_norm(grads, self.clip_norm)
         return grads
