@@ -132,6 +132,16 @@ def synthetic_batch(
     return images, targets, mask
 
 
+def train_py_step(net, loss, lrs, cfg, rt, **kwargs):
+    """``engine.trainer.build_train_step`` as ``train.py`` calls it: with the non-finite
+    check of ``runtime.check_finite`` (its step skips a NaN/Inf update), so that a benchmark
+    times the graph a training run compiles. ``kwargs``: further arguments (``img_size``)."""
+    from engine.trainer import build_train_step
+
+    skip = bool(cfg.runtime.check_finite)
+    return build_train_step(net, loss, lrs, cfg.train, rt, skip_nonfinite=skip, **kwargs)
+
+
 def read_result(output: str) -> dict[str, Any]:
     """The RESULT json of a benchmark's output."""
     for line in reversed(output.splitlines()):

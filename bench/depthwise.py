@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bench.common import median, print_header, print_result, timed
+from bench.common import median, print_header, print_result, timed, train_py_step
 from engine.device import configure_process_env
 
 # (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
@@ -121,7 +121,6 @@ def compare_train_steps(steps: int, threads: int) -> dict:
     import mindspore as ms
 
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
     from ops import cpu_kernels
@@ -138,14 +137,7 @@ def compare_train_steps(steps: int, threads: int) -> dict:
         ms.set_seed(0)
         net = build_model(cfg.model, num_classes)
         lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-        train_steps[name] = build_train_step(
-            net,
-            YOLOXLoss(num_classes),
-            lrs,
-            cfg.train,
-            rt,
-            skip_nonfinite=bool(cfg.runtime.check_finite),
-        )
+        train_steps[name] = train_py_step(net, YOLOXLoss(num_classes), lrs, cfg, rt)
         start = time.perf_counter()
         train_steps[name](images, targets, mask)[0].asnumpy()
         first[name] = round(time.perf_counter() - start, 2)

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.common import cpu_model, peak_rss_mb, synthetic_batch  # noqa: E402
+from bench.common import cpu_model, peak_rss_mb, synthetic_batch, train_py_step  # noqa: E402
 from bench.device import RESULT_FILE  # noqa: E402
 
 NUM_CLASSES = 80
@@ -36,7 +36,6 @@ def main(cfg: DictConfig) -> None:
     from engine.amp import apply_amp
     from engine.memory import release_free_heap
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
@@ -44,14 +43,7 @@ def main(cfg: DictConfig) -> None:
     batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)
     net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
     lrs = yolox_lr_schedule(0.01, steps + warmup + 2, 1, 0, 0)
-    step = build_train_step(
-        net,
-        YOLOXLoss(NUM_CLASSES),
-        lrs,
-        cfg.train,
-        rt,
-        skip_nonfinite=bool(cfg.runtime.check_finite),
-    )
+    step = train_py_step(net, YOLOXLoss(NUM_CLASSES), lrs, cfg, rt)
     arrays = synthetic_batch(batch, h, NUM_CLASSES, int(cfg.data.max_objects), 5, seed=rt.rank)
     images, targets, mask = (ms.Tensor(a) for a in arrays)
     started = time.perf_counter()

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import median, print_header, print_result, read_result
+from bench.common import median, print_header, print_result, read_result, train_py_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,16 +52,13 @@ def one_variant(fusion: str, steps: int, overrides: list[str]) -> dict:
     import mindspore as ms
 
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
     ms.set_seed(0)
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, steps + 10, 1, 0, 0)
-    step = build_train_step(
-        net, YOLOXLoss(80), lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
-    )
+    step = train_py_step(net, YOLOXLoss(80), lrs, cfg, rt)
     batch, size, max_objects = (
         int(cfg.train.batch_size),
         int(cfg.data.img_size[0]),

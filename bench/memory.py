@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import print_header, print_result, read_result
+from bench.common import print_header, print_result, read_result, train_py_step
 
 
 def _status_mb() -> tuple[float, float]:
@@ -107,7 +107,6 @@ def msdet_side(args, overrides: list[str]) -> dict:
 
     from engine.amp import apply_amp
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
@@ -117,9 +116,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
     stages.mark("network built")
     loss = YOLOXLoss(args.num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, args.steps + 2, 1, 0, 0)
-    step = build_train_step(
-        net, loss, lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
-    )
+    step = train_py_step(net, loss, lrs, cfg, rt)
     stages.mark("training step built (optimizer, EMA)")
     images, targets, mask = (
         ms.Tensor(a)

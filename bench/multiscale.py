@@ -20,7 +20,14 @@ import time
 
 from hydra import compose, initialize_config_dir
 
-from bench.common import CONFIG_DIR, print_header, print_result, synthetic_batch, timed
+from bench.common import (
+    CONFIG_DIR,
+    print_header,
+    print_result,
+    synthetic_batch,
+    timed,
+    train_py_step,
+)
 from engine.runtime import setup_runtime
 
 
@@ -30,7 +37,6 @@ def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     from data.pipeline import check_data_config
     from engine.multiscale import all_sizes
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
@@ -41,9 +47,7 @@ def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     net = build_model(cfg.model, num_classes)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, (len(sizes) + 1) * (steps + 2), 1, 0, 0)
-    step = build_train_step(
-        net, loss, lrs, cfg.train, rt, img_size=base, skip_nonfinite=bool(cfg.runtime.check_finite)
-    )
+    step = train_py_step(net, loss, lrs, cfg, rt, img_size=base)
     resize = step.net_with_loss
     arrays = synthetic_batch(batch, base[0], num_classes, int(cfg.data.max_objects), objects)
     images, targets, mask = (ms.Tensor(a) for a in arrays)

@@ -26,7 +26,14 @@ import tempfile
 import time
 from collections import Counter
 
-from bench.common import median, print_header, print_result, read_result, synthetic_batch
+from bench.common import (
+    median,
+    print_header,
+    print_result,
+    read_result,
+    synthetic_batch,
+    train_py_step,
+)
 
 CATEGORIES = (
     "convolutions, dense: forward",
@@ -107,15 +114,12 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-    train_step = build_train_step(
-        net, YOLOXLoss(80), lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
-    )
+    train_step = train_py_step(net, YOLOXLoss(80), lrs, cfg, rt)
     images, targets, mask = (ms.Tensor(a) for a in synthetic_batch(8, 320, 80, 50, 5))
 
     def step():

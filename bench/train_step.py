@@ -32,6 +32,7 @@ from bench.common import (
     read_result,
     synthetic_batch,
     timed,
+    train_py_step,
 )
 from engine.cli import prepare_config
 from engine.memory import release_free_heap
@@ -43,7 +44,6 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
 
     from engine.amp import apply_amp
     from engine.optim import yolox_lr_schedule
-    from engine.trainer import build_train_step
     from models.loss import YOLOXLoss
     from models.yolox import build_model
 
@@ -52,9 +52,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
     net = apply_amp(net, rt)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
     lrs = yolox_lr_schedule(0.01, steps + warmup + 1, 1, 0, 0)
-    step = build_train_step(
-        net, loss, lrs, cfg.train, rt, skip_nonfinite=bool(cfg.runtime.check_finite)
-    )
+    step = train_py_step(net, loss, lrs, cfg, rt)
     images, targets, mask = (
         ms.Tensor(a)
         for a in synthetic_batch(batch, size, num_classes, int(cfg.data.max_objects), objects)
