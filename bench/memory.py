@@ -4,8 +4,9 @@
                            [--num-classes 80] [--side msdet|pytorch|both] [key=value ...]
 
 One fresh process per side runs what ``bench.compare_torch`` times (the same synthetic
-batch, no data pipeline) and reads Linux's ``VmRSS`` (resident now) and ``VmHWM`` (peak
-since the last reset; reset through ``/proc/self/clear_refs``) after each stage:
+batch, no data pipeline) and reads Linux's ``VmRSS`` (resident now, split into ``RssAnon``
+and ``RssFile``) and ``VmHWM`` (peak since the last reset; reset through
+``/proc/self/clear_refs``) after each stage:
 framework import, network built, training step built, first step (msdet: the graph
 compiled without running it, the compiler's free heap handed back to the OS as train.py
 does unless ``--keep-heap``, then its first run), the following steps (steady state), and,
@@ -30,16 +31,19 @@ import time
 from bench.common import print_header, print_result, read_result, train_py_step
 
 
-def _status_mb() -> tuple[float, float]:
-    """(resident now, peak since the last reset) of this process, MiB."""
-    now = peak = 0.0
+def _status_mb() -> dict[str, float]:
+    """This process's memory, MiB: resident now (``rss``), its peak since the last reset
+    (``peak``), and the resident split into anonymous memory (``anon``: heap, tensors,
+    the compiled graph's structures) and file pages (``file``: the shared libraries'
+    code and data paged in, which the kernel can drop and re-read)."""
+    fields = {"VmRSS:": "rss", "VmHWM:": "peak", "RssAnon:": "anon", "RssFile:": "file"}
+    out = dict.fromkeys(fields.values(), 0.0)
     with open("/proc/self/status", encoding="utf-8") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                now = int(line.split()[1]) / 1024.0
-            elif line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) / 1024.0
-    return now, peak
+            key = line.split(None, 1)[0] if line.strip() else ""
+            if key in fields:
+                out[fields[key]] = int(line.split()[1]) / 1024.0
+    return out
 
 
 def _reset_peak() -> bool:
@@ -61,18 +65,21 @@ class Stages:
         self.since = time.perf_counter()
 
     def mark(self, name: str) -> None:
-        now, peak = _status_mb()
+        mem = _status_mb()
         seconds = time.perf_counter() - self.since
         self.rows.append(
             {
                 "stage": name,
-                "rss_mb": round(now, 1),
-                "peak_mb": round(peak, 1),
+                "rss_mb": round(mem["rss"], 1),
+                "peak_mb": round(mem["peak"], 1),
+                "anon_mb": round(mem["anon"], 1),
+                "file_mb": round(mem["file"], 1),
                 "seconds": round(seconds, 2),
             }
         )
         print(
-            f"  {name:<34} resident {now:8.1f} MiB   peak during {peak:8.1f} MiB   {seconds:8.2f} s",
+            f"  {name:<36} resident {mem['rss']:7.1f} MiB (anon {mem['anon']:7.1f}, files "
+            f"{mem['file']:6.1f})   peak during {mem['peak']:7.1f} MiB   {seconds:7.2f} s",
             flush=True,
         )
         _reset_peak()

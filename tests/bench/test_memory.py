@@ -1,0 +1,26 @@
+"""bench.memory's reading of this process's memory: resident, peak, anonymous and file pages."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from bench.memory import _status_mb
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
+
+
+def test_resident_memory_splits_into_anonymous_and_file_pages_and_follows_an_allocation():
+    before = _status_mb()
+    assert before["anon"] > 0 and before["file"] > 0  # a Python process has both
+    # VmRSS = RssAnon + RssFile + RssShmem: the two parts never exceed the whole
+    assert before["anon"] + before["file"] <= before["rss"] + 1.0
+    assert before["peak"] >= before["rss"] - 1.0
+
+    block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB, written, so resident
+    after = _status_mb()
+    assert after["anon"] - before["anon"] >= 60.0
+    assert after["peak"] >= after["rss"] - 1.0
+    del block
