@@ -69,17 +69,23 @@ def find_ema(cell: nn.Cell) -> ModelEMA | None:
     return next((c for _, c in cell.cells_and_names() if isinstance(c, ModelEMA)), None)
 
 
-def save_atomic(cell: nn.Cell, path: str, meta: dict) -> None:
+def checkpoint_extras(cell: nn.Cell, meta: dict) -> dict:
+    """What a checkpoint of ``cell`` holds besides its parameters: ``meta`` and, when the
+    training step has an EMA, its flat buffer split into one ``ema.<name>`` entry per
+    weight (a copy of every average: computed once per epoch, for all its files)."""
+    ema = find_ema(cell)
+    return {**meta, **(ema.checkpoint_entries() if ema is not None else {})}
+
+
+def save_atomic(cell: nn.Cell, path: str, extra: dict) -> None:
     """Write a checkpoint so that ``path`` is either the old file or the complete new one.
 
-    The EMA's flat buffer is written as one ``ema.<name>`` entry per weight. MindSpore
-    appends ``.ckpt`` to names without it, so the temporary file keeps it too. A failed
-    write (a full disk, a read-only folder) raises :class:`CheckpointError` and leaves no
-    partial file.
+    ``extra`` (:func:`checkpoint_extras`) is appended to the parameters; the EMA's flat
+    buffer itself is left out. MindSpore appends ``.ckpt`` to names without it, so the
+    temporary file keeps it too. A failed write (a full disk, a read-only folder) raises
+    :class:`CheckpointError` and leaves no partial file.
     """
     tmp = path[: -len(".ckpt")] + PARTIAL
-    ema = find_ema(cell)
-    extra = {**meta, **(ema.checkpoint_entries() if ema is not None else {})}
     try:
         ms.save_checkpoint(
             cell,
@@ -112,14 +118,15 @@ class CheckpointManager:
     def save_epoch(self, cell: nn.Cell, meta: dict, epoch: int, is_best: bool) -> list[str]:
         """Save the state after ``epoch`` (1-based); returns the files written."""
         written = []
+        extra = checkpoint_extras(cell, meta)
         if is_best:
             written.append(self.path(BEST))
-            save_atomic(cell, self.path(BEST), meta)
+            save_atomic(cell, self.path(BEST), extra)
         if self.keep_last:
             numbered = self.path(f"epoch_{epoch:04d}.ckpt")
-            save_atomic(cell, numbered, meta)
+            save_atomic(cell, numbered, extra)
             written.append(numbered)
-        save_atomic(cell, self.path(LAST), meta)  # the commit point: written last
+        save_atomic(cell, self.path(LAST), extra)  # the commit point: written last
         written.append(self.path(LAST))
         if self.keep_last:
             for old in epoch_files(self.directory)[: -self.keep_last]:

@@ -218,3 +218,31 @@ def test_the_ema_buffer_is_saved_as_one_entry_per_weight_and_resumed_into_the_bu
     CheckpointManager(str(tmp_path / "plain")).save_epoch(Weights(2.0), meta(1, 0.2), 1, False)
     with pytest.raises(CheckpointError, match="'ema.w'.*missing"):
         restore_training_state(Averaged(0.0), str(tmp_path / "plain" / LAST), steps_per_epoch=1)
+
+
+def test_an_epochs_files_share_one_split_of_the_ema_buffer(tmp_path, monkeypatch):
+    """best, epoch_N and last of one epoch: the buffer is split into entries once (for a
+    large model a copy of every average), and every file holds them all."""
+    from engine.train_step import ModelEMA
+
+    cell = Averaged(0.5)
+    cell.ema.buffer.set_data(Tensor(np.arange(4, dtype=np.float32) - 2.0))
+    calls = []
+    real = ModelEMA.checkpoint_entries
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(ModelEMA, "checkpoint_entries", counted)
+    folder = tmp_path / "checkpoints"
+    written = CheckpointManager(str(folder), keep_last=2).save_epoch(
+        cell, meta(3, 0.4), 3, is_best=True
+    )
+    assert [os.path.basename(p) for p in written] == [BEST, "epoch_0003.ckpt", LAST]
+    assert len(calls) == 1
+    for path in written:
+        params = ms.load_checkpoint(path)
+        assert params["ema.w"].asnumpy().tolist() == [-2.0, -1.0, 0.0, 1.0]
+        assert params["w"].asnumpy().tolist() == [0.5] * 4
+        assert int(params[META_EPOCH].asnumpy()) == 3
