@@ -5,14 +5,15 @@
 
 For each layer shape YOLOX-nano uses (channels x size, stride), one graph-mode cell computes
 the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSpore's
-``nn.Conv2d(group=C)`` and with ``ops.depthwise`` (the compiled kernel), and PyTorch's
-``nn.Conv2d(groups=C)`` does the same; the three alternate in every round so machine load
-hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
+``nn.Conv2d(group=C)``, with ``ops.depthwise`` (the compiled kernel) on its stride-1 fast
+path and on its general loops (same bits, ``cpu_kernels.set_depthwise_general``; stride 2
+has one path), and PyTorch's ``nn.Conv2d(groups=C)`` does the same; the four alternate in
+every round so machine load hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
 
 ``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
 twice in one process, once on MindSpore's operators and once on msdet's kernels (depthwise
 convolutions and the fused BatchNorm + SiLU, ``ops.cpu_kernels``), and alternates their
-steps. msdet's kernels use ``--threads`` threads in both modes.
+steps with a third: msdet's step again with the depthwise layers on their general loops. msdet's kernels use ``--threads`` threads in both modes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 from bench.common import median, print_header, print_result, timed, train_py_step
 from engine.device import configure_process_env
 
+GENERAL_LOOPS = "msdet_kernels_general_loops"
 # (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
 SHAPES = ((16, 160, 2), (32, 80, 1), (32, 80, 2), (64, 40, 1), (64, 40, 2), (128, 20, 1))
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from mindspore import nn, ops
 
-    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+    from ops.cpu_kernels import build_kernel_library, set_depthwise_general, set_kernel_threads
     from ops.depthwise import DepthwiseConv2d
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -79,9 +81,17 @@ def main(argv: list[str] | None = None) -> dict:
             tconv.weight.grad = None
             tconv(tx).sum().backward()
 
+        def run_general(net=custom, x=x):
+            set_depthwise_general(library, True)
+            try:
+                net(x)[0][0].asnumpy()
+            finally:
+                set_depthwise_general(library, False)
+
         sides = {
             "mindspore_conv2d": lambda net=native, x=x: net(x)[0][0].asnumpy(),
             "msdet_kernel": lambda net=custom, x=x: net(x)[0][0].asnumpy(),
+            "msdet_general_loops": run_general,
             "pytorch": run_torch,
         }
         times: dict[str, list[float]] = {k: [] for k in sides}
@@ -93,7 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(row)
         print(
             f"{c:4d} ch {size:3d}px s{stride}: Conv2D {row['mindspore_conv2d']:7.2f} ms  "
-            f"kernel {row['msdet_kernel']:7.2f} ms  PyTorch {row['pytorch']:7.2f} ms",
+            f"kernel {row['msdet_kernel']:7.2f} ms (general loops {row['msdet_general_loops']:7.2f})"
+            f"  PyTorch {row['pytorch']:7.2f} ms",
             flush=True,
         )
     total = {k: round(sum(r[k] for r in rows), 2) for k in sides}
@@ -141,13 +152,19 @@ def compare_train_steps(steps: int, threads: int) -> dict:
         start = time.perf_counter()
         train_steps[name](images, targets, mask)[0].asnumpy()
         first[name] = round(time.perf_counter() - start, 2)
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    # msdet's kernels once more, with stride-1 3x3 depthwise layers on the general loops
+    # (the same graph and bits; cpu_kernels.set_depthwise_general)
+    general = GENERAL_LOOPS
+    train_steps[general] = train_steps["msdet_kernels"]
+    times: dict[str, list[float]] = {name: [] for name in train_steps}
     for i in range(steps + 1):
         for name, step in train_steps.items():
+            cpu_kernels.set_depthwise_general(rt.cpu_kernels, name == general)
             start = time.perf_counter()
             step(images, targets, mask)[0].asnumpy()
             if i > 0:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
+    cpu_kernels.set_depthwise_general(rt.cpu_kernels, False)
     result = {name: round(median(t), 3) for name, t in times.items()}
     ratio = round(result["mindspore_ops"] / result["msdet_kernels"], 2)
     print(f"step s: {result}  speed-up {ratio}x", flush=True)

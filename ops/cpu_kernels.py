@@ -173,6 +173,13 @@ def set_kernel_threads(library: str, threads: int) -> int:
     return int(lib.MsdetThreads())
 
 
+def set_depthwise_general(library: str, general: bool) -> None:
+    """Make stride-1 3x3 depthwise convolutions in ``library`` take the general loops that
+    every other case takes (True) or their fast path (False, the default): the two give the
+    same bits, so this is for tests and benchmarks that compare them (this process)."""
+    ctypes.CDLL(library).MsdetDepthwiseGeneral(ctypes.c_int(int(general)))
+
+
 def enable(
     threads: int = 1, cache_dir: str | None = None, kernels: tuple[str, ...] = KERNELS
 ) -> str | None:

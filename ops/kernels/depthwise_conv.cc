@@ -10,6 +10,13 @@
 // The outer loop (planes, or channels for the weight gradient) is split over
 // msdet_threads() threads (threads.h says why an OpenMP team is safe beside MindSpore's pool).
 //
+// 3x3 filters at stride 1 (most of YOLOX's) take a faster path for the forward pass and the
+// input gradient: each plane is first copied into a zero-padded buffer, so every output
+// is one register sum of nine products with no border tests, written once, instead of nine
+// read-modify-write passes over the output row. The nine products are added in the order
+// the general loops add them (padding contributes exact zeros), so both paths give the
+// same bits: tests/ops/test_depthwise.py compares them, switched by MsdetDepthwiseGeneral.
+//
 // Layouts (all float32, contiguous): x [N, C, H, W], w [C, 1, K, K], y [N, C, Ho, Wo],
 // Ho = (H + 2p - K) / s + 1. Every entry point has MindSpore's aot signature:
 // params holds the inputs, then the output.
@@ -36,8 +43,107 @@ inline void valid_cols(int64_t kw, const Geometry &g, int64_t *lo, int64_t *hi) 
   *hi = last < g.wo ? last : g.wo;
 }
 
+// Set by MsdetDepthwiseGeneral: stride-1 3x3 filters take the general loops too (tests,
+// benchmarks).
+bool g_general_only = false;
+
+// One plane [h, w] into buf [(h + 2), (w + 2)] with a zero border of one pixel.
+void pad_plane(const float *src, int64_t h, int64_t w, float *buf) {
+  const int64_t pw = w + 2;
+  std::memset(buf, 0, sizeof(float) * pw);
+  std::memset(buf + (h + 1) * pw, 0, sizeof(float) * pw);
+  for (int64_t i = 0; i < h; ++i) {
+    float *row = buf + (i + 1) * pw;
+    row[0] = 0.0f;
+    row[w + 1] = 0.0f;
+    std::memcpy(row + 1, src + i * w, sizeof(float) * w);
+  }
+}
+
+// 3x3 forward: y[oh, ow] = sum over kh, kw (in that order) of w[kh, kw] * x[oh*S - 1 + kh,
+// ow*S - 1 + kw], read from the padded plane (Ho and Wo never reach past its border).
+template <int S>
+void forward3(const float *x, const float *wt, float *y, const Geometry &g) {
+  const int64_t planes = g.n * g.c;
+  const int64_t pw = g.w + 2;
+#pragma omp parallel num_threads(msdet_threads())
+  {
+    std::vector<float> buf((g.h + 2) * pw);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) {
+      pad_plane(x + p * g.h * g.w, g.h, g.w, buf.data());
+      const float *k = wt + (p % g.c) * 9;
+      const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
+      const float k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8];
+      float *yp = y + p * g.ho * g.wo;
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        const float *r0 = buf.data() + oh * S * pw;
+        const float *r1 = r0 + pw;
+        const float *r2 = r1 + pw;
+        float *yrow = yp + oh * g.wo;
+#pragma omp simd
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          const int64_t c = ow * S;
+          float acc = 0.0f;
+          acc += k0 * r0[c];
+          acc += k1 * r0[c + 1];
+          acc += k2 * r0[c + 2];
+          acc += k3 * r1[c];
+          acc += k4 * r1[c + 1];
+          acc += k5 * r1[c + 2];
+          acc += k6 * r2[c];
+          acc += k7 * r2[c + 1];
+          acc += k8 * r2[c + 2];
+          yrow[ow] = acc;
+        }
+      }
+    }
+  }
+}
+
+// 3x3 stride-1 input gradient as a gather over the padded dy plane: dx[ih, iw] receives
+// w[kh, kw] * dy[ih + 1 - kh, iw + 1 - kw], added in the order the scatter of
+// grad_input<1> adds them (output rows ascending, then kh, then kw).
+void grad_input3(const float *dy, const float *wt, float *dx, const Geometry &g) {
+  const int64_t planes = g.n * g.c;
+  const int64_t pw = g.wo + 2;
+#pragma omp parallel num_threads(msdet_threads())
+  {
+    std::vector<float> buf((g.ho + 2) * pw);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) {
+      pad_plane(dy + p * g.ho * g.wo, g.ho, g.wo, buf.data());
+      const float *k = wt + (p % g.c) * 9;
+      const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
+      const float k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8];
+      float *dxp = dx + p * g.h * g.w;
+      for (int64_t ih = 0; ih < g.h; ++ih) {
+        const float *above = buf.data() + ih * pw;  // dy row ih - 1
+        const float *same = above + pw;             // dy row ih
+        const float *below = same + pw;             // dy row ih + 1
+        float *dxrow = dxp + ih * g.w;
+#pragma omp simd
+        for (int64_t iw = 0; iw < g.w; ++iw) {
+          float acc = 0.0f;
+          acc += k6 * above[iw + 2];
+          acc += k7 * above[iw + 1];
+          acc += k8 * above[iw];
+          acc += k3 * same[iw + 2];
+          acc += k4 * same[iw + 1];
+          acc += k5 * same[iw];
+          acc += k0 * below[iw + 2];
+          acc += k1 * below[iw + 1];
+          acc += k2 * below[iw];
+          dxrow[iw] = acc;
+        }
+      }
+    }
+  }
+}
+
 template <int S>
 void forward(const float *x, const float *wt, float *y, const Geometry &g) {
+  if (S == 1 && g.k == 3 && !g_general_only) return forward3<S>(x, wt, y, g);
   const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t p = 0; p < planes; ++p) {
@@ -68,6 +174,7 @@ void forward(const float *x, const float *wt, float *y, const Geometry &g) {
 // computed as a scatter from each output row so the inner loop stays contiguous in dy.
 template <int S>
 void grad_input(const float *dy, const float *wt, float *dx, const Geometry &g) {
+  if (S == 1 && g.k == 3 && !g_general_only) return grad_input3(dy, wt, dx, g);
   const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t p = 0; p < planes; ++p) {
@@ -189,6 +296,9 @@ bool all_float32(int nparam, const char **dtypes) {
                    static_cast<float *>(params[3]), g);                                   \
     return 0;                                                                             \
   }
+
+// 1: stride-1 3x3 filters take the general loops as every other case does; 0: their fast path.
+extern "C" void MsdetDepthwiseGeneral(int on) { g_general_only = on != 0; }
 
 MSDET_DW_FORWARD(DepthwiseConvForwardS1, 1)
 MSDET_DW_FORWARD(DepthwiseConvForwardS2, 2)

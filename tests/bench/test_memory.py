@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 
 import numpy as np
@@ -19,8 +20,16 @@ def test_resident_memory_splits_into_anonymous_and_file_pages_and_follows_an_all
     assert before["anon"] + before["file"] <= before["rss"] + 1.0
     assert before["peak"] >= before["rss"] - 1.0
 
-    block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB, written, so resident
-    after = _status_mb()
+    # 64 MiB of fresh anonymous pages, each written so that it is resident. mmap, not
+    # malloc: a long-lived process (a test worker) can hand malloc pages it already holds.
+    size = 64 * 1024 * 1024
+    block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        view = np.frombuffer(block, dtype=np.uint8)
+        view[::4096] = 1
+        after = _status_mb()
+        del view
+    finally:
+        block.close()
     assert after["anon"] - before["anon"] >= 60.0
     assert after["peak"] >= after["rss"] - 1.0
-    del block

@@ -77,6 +77,36 @@ def test_matches_conv2d_forward_and_gradients_in_graph_mode(
         assert np.abs(g - r).max() <= 1e-5 * max(1.0, np.abs(r).max()), name
 
 
+def _custom_grads(library: str, shape: tuple, stride: int, general: bool) -> list:
+    """Output and both gradients of the kernel for a 3x3 filter, on its fast path or (with
+    ``general``) on the loops every other filter size takes."""
+    n, c, h, w = shape
+    rng = np.random.default_rng(sum(shape) * 3 + stride)
+    x = ms.Tensor(rng.standard_normal(shape).astype(np.float32))
+    custom = DepthwiseConv2d(c, 3, stride, "zeros", library)
+    custom.weight.set_data(ms.Tensor(rng.standard_normal((c, 1, 3, 3)).astype(np.float32)))
+    out = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
+    dy = ms.Tensor(rng.standard_normal((n, c, *out)).astype(np.float32))
+    cpu_kernels.set_depthwise_general(library, general)
+    try:
+        return [t.asnumpy() for t in Grads(WithSens(custom, dy))(x)]
+    finally:
+        cpu_kernels.set_depthwise_general(library, False)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 7), (3, 4, 10, 11), (2, 16, 40, 40)])
+def test_the_3x3_fast_path_gives_the_general_loops_bits(library, graph_mode, shape):
+    """At stride 1 the forward pass and the input gradient of a 3x3 filter have a fast path;
+    it gives the same bits as the general loops, not just close ones: a training run on
+    either takes the same steps (SimOTA's discrete assignment would turn any rounding
+    difference into another run). The weight gradient has one path."""
+    fast = _custom_grads(library, shape, 1, general=False)
+    general = _custom_grads(library, shape, 1, general=True)
+    for name, f, g in zip(("output", "grad input"), fast, general):
+        assert np.abs(g).max() > 0.1, name  # non-trivial values
+        np.testing.assert_array_equal(f, g, err_msg=name)
+
+
 def test_matches_conv2d_in_pynative_mode(library):
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
