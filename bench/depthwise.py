@@ -8,12 +8,14 @@ the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSp
 ``nn.Conv2d(group=C)``, with ``ops.depthwise`` (the compiled kernel) on its stride-1 fast
 path and on its general loops (same bits, ``cpu_kernels.set_depthwise_general``; stride 2
 has one path), and PyTorch's ``nn.Conv2d(groups=C)`` does the same; the four alternate in
-every round so machine load hits all alike. Prints median ms per shape; last line ``RESULT {json}``.
+every round so machine load hits all alike. Prints median ms per shape; last line
+``RESULT {json}``.
 
 ``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
 twice in one process, once on MindSpore's operators and once on msdet's kernels (depthwise
 convolutions and the fused BatchNorm + SiLU, ``ops.cpu_kernels``), and alternates their
-steps with a third: msdet's step again with the depthwise layers on their general loops. msdet's kernels use ``--threads`` threads in both modes.
+steps with a third: msdet's step again with the depthwise layers on their general loops.
+msdet's kernels use ``--threads`` threads in every mode.
 """
 
 from __future__ import annotations
@@ -103,8 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(row)
         print(
             f"{c:4d} ch {size:3d}px s{stride}: Conv2D {row['mindspore_conv2d']:7.2f} ms  "
-            f"kernel {row['msdet_kernel']:7.2f} ms (general loops {row['msdet_general_loops']:7.2f})"
-            f"  PyTorch {row['pytorch']:7.2f} ms",
+            f"kernel {row['msdet_kernel']:7.2f} ms "
+            f"(general loops {row['msdet_general_loops']:7.2f})  PyTorch {row['pytorch']:7.2f} ms",
             flush=True,
         )
     total = {k: round(sum(r[k] for r in rows), 2) for k in sides}

@@ -60,9 +60,8 @@ void pad_plane(const float *src, int64_t h, int64_t w, float *buf) {
   }
 }
 
-// 3x3 forward: y[oh, ow] = sum over kh, kw (in that order) of w[kh, kw] * x[oh*S - 1 + kh,
-// ow*S - 1 + kw], read from the padded plane (Ho and Wo never reach past its border).
-template <int S>
+// 3x3 stride-1 forward: y[oh, ow] = sum over kh, kw (in that order) of
+// w[kh, kw] * x[oh - 1 + kh, ow - 1 + kw], read from the padded plane.
 void forward3(const float *x, const float *wt, float *y, const Geometry &g) {
   const int64_t planes = g.n * g.c;
   const int64_t pw = g.w + 2;
@@ -77,23 +76,22 @@ void forward3(const float *x, const float *wt, float *y, const Geometry &g) {
       const float k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8];
       float *yp = y + p * g.ho * g.wo;
       for (int64_t oh = 0; oh < g.ho; ++oh) {
-        const float *r0 = buf.data() + oh * S * pw;
+        const float *r0 = buf.data() + oh * pw;
         const float *r1 = r0 + pw;
         const float *r2 = r1 + pw;
         float *yrow = yp + oh * g.wo;
 #pragma omp simd
         for (int64_t ow = 0; ow < g.wo; ++ow) {
-          const int64_t c = ow * S;
           float acc = 0.0f;
-          acc += k0 * r0[c];
-          acc += k1 * r0[c + 1];
-          acc += k2 * r0[c + 2];
-          acc += k3 * r1[c];
-          acc += k4 * r1[c + 1];
-          acc += k5 * r1[c + 2];
-          acc += k6 * r2[c];
-          acc += k7 * r2[c + 1];
-          acc += k8 * r2[c + 2];
+          acc += k0 * r0[ow];
+          acc += k1 * r0[ow + 1];
+          acc += k2 * r0[ow + 2];
+          acc += k3 * r1[ow];
+          acc += k4 * r1[ow + 1];
+          acc += k5 * r1[ow + 2];
+          acc += k6 * r2[ow];
+          acc += k7 * r2[ow + 1];
+          acc += k8 * r2[ow + 2];
           yrow[ow] = acc;
         }
       }
@@ -143,7 +141,7 @@ void grad_input3(const float *dy, const float *wt, float *dx, const Geometry &g)
 
 template <int S>
 void forward(const float *x, const float *wt, float *y, const Geometry &g) {
-  if (S == 1 && g.k == 3 && !g_general_only) return forward3<S>(x, wt, y, g);
+  if (S == 1 && g.k == 3 && !g_general_only) return forward3(x, wt, y, g);
   const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t p = 0; p < planes; ++p) {
