@@ -60,79 +60,49 @@ void pad_plane(const float *src, int64_t h, int64_t w, float *buf) {
   }
 }
 
-// 3x3 stride-1 forward: y[oh, ow] = sum over kh, kw (in that order) of
-// w[kh, kw] * x[oh - 1 + kh, ow - 1 + kw], read from the padded plane.
-void forward3(const float *x, const float *wt, float *y, const Geometry &g) {
+// A stride-1 3x3 pass over zero-padded planes, for the forward pass (Gradient false: in =
+// x, out = y) and the input gradient (true: in = dy, out = dx), as nine products per output
+// added in the order the general loops add them:
+// - forward: y[oh, ow] gets w[kh, kw] * x[oh - 1 + kh, ow - 1 + kw], kh then kw ascending;
+// - gradient: the scatter of grad_input<1> gives dx[ih, iw] w[kh, kw] * dy[ih + 1 - kh,
+//   iw + 1 - kw] by output rows ascending (kh descending), then kw ascending.
+// At stride 1 the output plane has the input's size.
+template <bool Gradient>
+void stencil3(const float *in, const float *wt, float *out, const Geometry &g) {
   const int64_t planes = g.n * g.c;
   const int64_t pw = g.w + 2;
+  constexpr int first = Gradient ? 2 : 0;  // column offset of each row's first term
+  constexpr int last = 2 - first;
 #pragma omp parallel num_threads(msdet_threads())
   {
     std::vector<float> buf((g.h + 2) * pw);
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
-      pad_plane(x + p * g.h * g.w, g.h, g.w, buf.data());
+      pad_plane(in + p * g.h * g.w, g.h, g.w, buf.data());
       const float *k = wt + (p % g.c) * 9;
-      const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
-      const float k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8];
-      float *yp = y + p * g.ho * g.wo;
-      for (int64_t oh = 0; oh < g.ho; ++oh) {
-        const float *r0 = buf.data() + oh * pw;
+      float t[9];  // the weights in the order of the terms: padded row r, then term j
+      for (int r = 0; r < 3; ++r) {
+        for (int j = 0; j < 3; ++j) t[r * 3 + j] = k[(Gradient ? 2 - r : r) * 3 + j];
+      }
+      float *op = out + p * g.h * g.w;
+      for (int64_t row = 0; row < g.h; ++row) {
+        const float *r0 = buf.data() + row * pw;  // padded rows row .. row + 2
         const float *r1 = r0 + pw;
         const float *r2 = r1 + pw;
-        float *yrow = yp + oh * g.wo;
+        float *orow = op + row * g.w;
 #pragma omp simd
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
+        for (int64_t col = 0; col < g.w; ++col) {
           float acc = 0.0f;
-          acc += k0 * r0[ow];
-          acc += k1 * r0[ow + 1];
-          acc += k2 * r0[ow + 2];
-          acc += k3 * r1[ow];
-          acc += k4 * r1[ow + 1];
-          acc += k5 * r1[ow + 2];
-          acc += k6 * r2[ow];
-          acc += k7 * r2[ow + 1];
-          acc += k8 * r2[ow + 2];
-          yrow[ow] = acc;
-        }
-      }
-    }
-  }
-}
-
-// 3x3 stride-1 input gradient as a gather over the padded dy plane: dx[ih, iw] receives
-// w[kh, kw] * dy[ih + 1 - kh, iw + 1 - kw], added in the order the scatter of
-// grad_input<1> adds them (output rows ascending, then kh, then kw).
-void grad_input3(const float *dy, const float *wt, float *dx, const Geometry &g) {
-  const int64_t planes = g.n * g.c;
-  const int64_t pw = g.wo + 2;
-#pragma omp parallel num_threads(msdet_threads())
-  {
-    std::vector<float> buf((g.ho + 2) * pw);
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < planes; ++p) {
-      pad_plane(dy + p * g.ho * g.wo, g.ho, g.wo, buf.data());
-      const float *k = wt + (p % g.c) * 9;
-      const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
-      const float k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8];
-      float *dxp = dx + p * g.h * g.w;
-      for (int64_t ih = 0; ih < g.h; ++ih) {
-        const float *above = buf.data() + ih * pw;  // dy row ih - 1
-        const float *same = above + pw;             // dy row ih
-        const float *below = same + pw;             // dy row ih + 1
-        float *dxrow = dxp + ih * g.w;
-#pragma omp simd
-        for (int64_t iw = 0; iw < g.w; ++iw) {
-          float acc = 0.0f;
-          acc += k6 * above[iw + 2];
-          acc += k7 * above[iw + 1];
-          acc += k8 * above[iw];
-          acc += k3 * same[iw + 2];
-          acc += k4 * same[iw + 1];
-          acc += k5 * same[iw];
-          acc += k0 * below[iw + 2];
-          acc += k1 * below[iw + 1];
-          acc += k2 * below[iw];
-          dxrow[iw] = acc;
+          acc += t[0] * r0[col + first];
+          acc += t[1] * r0[col + 1];
+          acc += t[2] * r0[col + last];
+          acc += t[3] * r1[col + first];
+          acc += t[4] * r1[col + 1];
+          acc += t[5] * r1[col + last];
+          acc += t[6] * r2[col + first];
+          acc += t[7] * r2[col + 1];
+          acc += t[8] * r2[col + last];
+          orow[col] = acc;
         }
       }
     }
@@ -141,7 +111,7 @@ void grad_input3(const float *dy, const float *wt, float *dx, const Geometry &g)
 
 template <int S>
 void forward(const float *x, const float *wt, float *y, const Geometry &g) {
-  if (S == 1 && g.k == 3 && !g_general_only) return forward3(x, wt, y, g);
+  if (S == 1 && g.k == 3 && !g_general_only) return stencil3<false>(x, wt, y, g);
   const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t p = 0; p < planes; ++p) {
@@ -172,7 +142,7 @@ void forward(const float *x, const float *wt, float *y, const Geometry &g) {
 // computed as a scatter from each output row so the inner loop stays contiguous in dy.
 template <int S>
 void grad_input(const float *dy, const float *wt, float *dx, const Geometry &g) {
-  if (S == 1 && g.k == 3 && !g_general_only) return grad_input3(dy, wt, dx, g);
+  if (S == 1 && g.k == 3 && !g_general_only) return stencil3<true>(dy, wt, dx, g);
   const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t p = 0; p < planes; ++p) {
