@@ -142,6 +142,70 @@ def train_py_step(net, loss, lrs, cfg, rt, **kwargs):
     return build_train_step(net, loss, lrs, cfg.train, rt, skip_nonfinite=skip, **kwargs)
 
 
+def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: int):
+    """YOLOX-nano's training step (batch 8, 320 px, 80 classes) built once per variant in
+    this process, each with the msdet kernels it names (``()``: MindSpore's operators only),
+    and run once (graph compilation). Returns ``(library, steps by name, first step's
+    seconds by name, the batch's tensors)``; ``steps`` sizes the learning-rate schedule."""
+    import time
+
+    from hydra import compose, initialize_config_dir
+
+    from engine.runtime import setup_runtime
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"],
+        )
+    rt = setup_runtime(cfg.runtime, ".")
+    if rt.cpu_kernels is None:
+        raise SystemExit("msdet's kernels are not available here (no compiler?)")
+    import mindspore as ms
+
+    from engine.optim import yolox_lr_schedule
+    from models.loss import YOLOXLoss
+    from models.yolox import build_model
+    from ops import cpu_kernels
+
+    num_classes = 80
+    batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
+    inputs = tuple(ms.Tensor(a) for a in batch)
+    train_steps, first = {}, {}
+    try:
+        for name, kernels in variants.items():
+            cpu_kernels.set_custom_kernel_library(rt.cpu_kernels if kernels else None, kernels)
+            ms.set_seed(0)
+            net = build_model(cfg.model, num_classes)
+            lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
+            train_steps[name] = train_py_step(net, YOLOXLoss(num_classes), lrs, cfg, rt)
+            start = time.perf_counter()
+            train_steps[name](*inputs)[0].asnumpy()
+            first[name] = round(time.perf_counter() - start, 2)
+    finally:
+        cpu_kernels.set_custom_kernel_library(rt.cpu_kernels)
+    return rt.cpu_kernels, train_steps, first, inputs
+
+
+def alternate_steps(train_steps: dict, inputs: tuple, steps: int, before=None) -> dict:
+    """Median seconds per step of each of ``train_steps``, the variants taking turns for
+    ``steps`` rounds after one warm-up round, in reversed order every other round (a fixed
+    order favours the later variants). ``before(name)``, if given, runs before each step."""
+    import time
+
+    names = list(train_steps)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(steps + 1):
+        for name in names if i % 2 == 0 else names[::-1]:
+            if before is not None:
+                before(name)
+            start = time.perf_counter()
+            train_steps[name](*inputs)[0].asnumpy()
+            if i > 0:
+                times[name].append(time.perf_counter() - start)
+    return {name: round(median(t), 3) for name, t in times.items()}
+
+
 def read_result(output: str) -> dict[str, Any]:
     """The RESULT json of a benchmark's output."""
     for line in reversed(output.splitlines()):

@@ -12,9 +12,9 @@ every round so machine load hits all alike. Prints median ms per shape; last lin
 ``RESULT {json}``.
 
 ``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
-twice in one process, once on MindSpore's operators and once on msdet's kernels (depthwise
-convolutions and the fused BatchNorm + SiLU, ``ops.cpu_kernels``), and alternates their
-steps with a third: msdet's step again with the depthwise layers on their general loops.
+twice in one process, once on MindSpore's operators and once on msdet's kernels (all of
+``ops.cpu_kernels``), and alternates their steps with a third: msdet's step again with the
+depthwise layers on their general loops.
 msdet's kernels use ``--threads`` threads in every mode.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bench.common import median, print_header, print_result, timed, train_py_step
+from bench.common import median, print_header, print_result, timed
 from engine.device import configure_process_env
 
 GENERAL_LOOPS = "msdet_kernels_general_loops"
@@ -117,57 +117,23 @@ def main(argv: list[str] | None = None) -> dict:
 def compare_train_steps(steps: int, threads: int) -> dict:
     """Median seconds per training step on MindSpore's operators and on msdet's kernels,
     steps alternating."""
-    import time
-
-    from hydra import compose, initialize_config_dir
-
-    from bench.common import CONFIG_DIR, peak_rss_mb, synthetic_batch
-    from engine.runtime import setup_runtime
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"],
-        )
-    print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
-    rt = setup_runtime(cfg.runtime, ".")
-    import mindspore as ms
-
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from bench.common import alternate_steps, nano_train_steps, peak_rss_mb
     from ops import cpu_kernels
 
-    num_classes = 80
-    batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
-    images, targets, mask = (ms.Tensor(a) for a in batch)
-    variants = {"mindspore_ops": None, "msdet_kernels": rt.cpu_kernels}
-    if rt.cpu_kernels is None:
-        raise SystemExit("msdet's kernels are not available here (no compiler?)")
-    train_steps, first = {}, {}
-    for name, library in variants.items():
-        cpu_kernels.set_custom_kernel_library(library)
-        ms.set_seed(0)
-        net = build_model(cfg.model, num_classes)
-        lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-        train_steps[name] = train_py_step(net, YOLOXLoss(num_classes), lrs, cfg, rt)
-        start = time.perf_counter()
-        train_steps[name](images, targets, mask)[0].asnumpy()
-        first[name] = round(time.perf_counter() - start, 2)
+    print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
+    variants = {"mindspore_ops": (), "msdet_kernels": cpu_kernels.KERNELS}
+    library, train_steps, first, inputs = nano_train_steps(variants, steps, threads)
     # msdet's kernels once more, with stride-1 3x3 depthwise layers on the general loops
     # (the same graph and bits; cpu_kernels.set_depthwise_general)
-    general = GENERAL_LOOPS
-    train_steps[general] = train_steps["msdet_kernels"]
-    times: dict[str, list[float]] = {name: [] for name in train_steps}
-    for i in range(steps + 1):
-        for name, step in train_steps.items():
-            cpu_kernels.set_depthwise_general(rt.cpu_kernels, name == general)
-            start = time.perf_counter()
-            step(images, targets, mask)[0].asnumpy()
-            if i > 0:  # the first round warms up
-                times[name].append(time.perf_counter() - start)
-    cpu_kernels.set_depthwise_general(rt.cpu_kernels, False)
-    result = {name: round(median(t), 3) for name, t in times.items()}
+    train_steps[GENERAL_LOOPS] = train_steps["msdet_kernels"]
+
+    def before(name: str) -> None:
+        cpu_kernels.set_depthwise_general(library, name == GENERAL_LOOPS)
+
+    try:
+        result = alternate_steps(train_steps, inputs, steps, before)
+    finally:
+        cpu_kernels.set_depthwise_general(library, False)
     ratio = round(result["mindspore_ops"] / result["msdet_kernels"], 2)
     print(f"step s: {result}  speed-up {ratio}x", flush=True)
     print_result(

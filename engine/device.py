@@ -221,13 +221,13 @@ def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
 ) -> tuple[str | None, tuple[str, ...]]:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, BatchNorm + SiLU) where they are faster, on CPU in fp32.
+    convolutions, BatchNorm + SiLU, 2x upsampling) where they are faster, on CPU in fp32.
 
     MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
     operators and a slow BatchNormGrad), but whether msdet's direct loops win depends on the
     CPU (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
     ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
-    once, cached with the library), ``msdet`` uses both unmeasured (tests, benchmarks),
+    once, cached with the library), ``msdet`` uses all unmeasured (tests, benchmarks),
     ``native`` neither. GPU, Ascend, mixed precision (the kernels are float32) and a machine
     without a working compiler keep MindSpore's operators. Logs the decision in one line.
     Returns (the kernel library's path or None, the kernels models use).
@@ -246,7 +246,10 @@ def setup_cpu_kernels(
         return None, ()
     if choice == "msdet":
         kernels = cpu_kernels.KERNELS
-        log.info("CPU kernels: depthwise convolutions and BatchNorm+SiLU on msdet's kernels")
+        log.info(
+            "CPU kernels: depthwise convolutions, BatchNorm+SiLU and 2x upsampling on msdet's "
+            "kernels"
+        )
     else:
         import mindspore as ms
 

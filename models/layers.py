@@ -18,6 +18,7 @@ from ops.batchnorm_silu import BatchNormSiLU
 from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from ops.depthwise import DepthwiseConv2d
+from ops.upsample import upsample2x_op
 
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
 # the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.
@@ -266,3 +267,19 @@ def upsample2x(x: ms.Tensor) -> ms.Tensor:
     """
     b, c, h, w = x.shape
     return ops.tile(x.reshape(b, c, h, 1, w, 1), (1, 1, 1, 2, 1, 2)).reshape(b, c, h * 2, w * 2)
+
+
+class Upsample2x(nn.Cell):
+    """:func:`upsample2x` as a Cell: on the compiled CPU kernel when the device module
+    enabled msdet's ``upsample`` kernel (``ops.upsample``: the same bits, forward and
+    gradient), on reshape + tile otherwise. No parameters."""
+
+    def __init__(self):
+        super().__init__()
+        library = custom_kernel_library("upsample")
+        self.op = upsample2x_op(library) if library else None
+
+    def construct(self, x):
+        if self.op is None:
+            return upsample2x(x)
+        return self.op(x)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mindspore import nn, ops
 
 from models.backbone import CSPDarknet, Darknet53
-from models.layers import BaseConv, CSPLayer, conv_block, upsample2x
+from models.layers import BaseConv, CSPLayer, Upsample2x, conv_block
 
 
 class YOLOPAFPN(nn.Cell):
@@ -50,14 +50,15 @@ class YOLOPAFPN(nn.Cell):
         self.C3_n3 = CSPLayer(2 * c3, c4, n, False, depthwise=depthwise, act=act)
         self.bu_conv1 = conv(c4, c4, 3, 2, act=act)
         self.C3_n4 = CSPLayer(2 * c4, c5, n, False, depthwise=depthwise, act=act)
+        self.upsample = Upsample2x()
 
     def construct(self, x):
         x2, x1, x0 = self.backbone(x)
 
         fpn_out0 = self.lateral_conv0(x0)
-        f_out0 = self.C3_p4(ops.concat((upsample2x(fpn_out0), x1), 1))
+        f_out0 = self.C3_p4(ops.concat((self.upsample(fpn_out0), x1), 1))
         fpn_out1 = self.reduce_conv1(f_out0)
-        pan_out2 = self.C3_p3(ops.concat((upsample2x(fpn_out1), x2), 1))
+        pan_out2 = self.C3_p3(ops.concat((self.upsample(fpn_out1), x2), 1))
 
         pan_out1 = self.C3_n3(ops.concat((self.bu_conv2(pan_out2), fpn_out1), 1))
         pan_out0 = self.C3_n4(ops.concat((self.bu_conv1(pan_out1), fpn_out0), 1))
@@ -85,6 +86,7 @@ class YOLOFPN(nn.Cell):
         self.out1 = self._embedding(c4 + dark4, c4, act)
         self.out2_cbl = BaseConv(c4, c3, 1, 1, act=act)
         self.out2 = self._embedding(c3 + dark3, c3, act)
+        self.upsample = Upsample2x()
 
     @staticmethod
     def _embedding(in_channels: int, channels: int, act: str) -> nn.SequentialCell:
@@ -100,6 +102,6 @@ class YOLOFPN(nn.Cell):
 
     def construct(self, x):
         x2, x1, x0 = self.backbone(x)
-        out_dark4 = self.out1(ops.concat((upsample2x(self.out1_cbl(x0)), x1), 1))
-        out_dark3 = self.out2(ops.concat((upsample2x(self.out2_cbl(out_dark4)), x2), 1))
+        out_dark4 = self.out1(ops.concat((self.upsample(self.out1_cbl(x0)), x1), 1))
+        out_dark3 = self.out2(ops.concat((self.upsample(self.out2_cbl(out_dark4)), x2), 1))
         return out_dark3, out_dark4, x0

@@ -146,7 +146,7 @@ def set_recompute(net: nn.Cell, level: str) -> list[str]:
     neck = detector.backbone
     cells = [(f"backbone.backbone.{n}", c) for n, c in neck.backbone.name_cells().items()]
     if level == "all":
-        cells += [(f"backbone.{n}", c) for n, c in neck.name_cells().items() if n != "backbone"]
+        cells += [(f"backbone.{n}", getattr(neck, n)) for n in neck.BLOCKS]  # not upsample
         for branch in HEAD_BRANCHES:
             cells += [
                 (f"head.{branch}.{i}", c) for i, c in enumerate(getattr(detector.head, branch))

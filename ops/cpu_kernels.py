@@ -1,10 +1,11 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves two hot spots of YOLOX slow (BENCHMARKS.md): depthwise
-convolutions run through im2col + GEMM, and conv -> BatchNorm -> SiLU runs as seven
-element-wise operators plus a slow BatchNormGrad. ``ops.depthwise`` and
-``ops.batchnorm_silu`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives
-in ``kernels/``. The library is compiled once with the system C++ compiler and optimisation
+MindSpore 2.10's CPU backend leaves three spots of YOLOX slow (BENCHMARKS.md): depthwise
+convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
+element-wise operators plus a slow BatchNormGrad, and the neck's 2x upsampling runs as a
+slow ``Tile`` and a ``ReduceSum``. ``ops.depthwise``, ``ops.batchnorm_silu`` and
+``ops.upsample`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
+``kernels/``. The library is compiled once with the system C++ compiler and optimisation
 flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
 outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
 cache shared between machines never hands one CPU's ``-march=native`` code to another.
@@ -54,7 +55,7 @@ CXX_FLAGS = (
 )
 
 # The operators the library provides, by the name models ask for.
-KERNELS = ("depthwise", "batchnorm_silu")
+KERNELS = ("depthwise", "batchnorm_silu", "upsample")
 
 _library: str | None = None
 _kernels: tuple[str, ...] = ()

@@ -13,9 +13,11 @@ The benchmark is the shape of YOLOX-nano's backbone at 320 px and batch 8: depth
 (strides 1 and 2) -> BatchNorm -> SiLU -> pointwise 1x1 -> BatchNorm -> SiLU, five times,
 forward and backward in one graph, so MindSpore's own operators run between the kernels as
 in the network. Four variants: MindSpore's operators only, with msdet's depthwise kernel,
-with its BatchNorm + SiLU, with both; they alternate, several rounds. The decision is cached
-beside the library (``<library>.choice-t<threads>.json``), whose name already holds the
-sources, compiler, flags and CPU.
+with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
+kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
+(forward and backward, the same batch and size): it shares no operator with the blocks.
+The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
+name already holds the sources, compiler, flags and CPU.
 
     python -m ops.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
 """
@@ -40,8 +42,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "native": (),
     "depthwise": ("depthwise",),
     "batchnorm_silu": ("batchnorm_silu",),
-    "both": KERNELS,
+    "both": ("depthwise", "batchnorm_silu"),
 }
+# The upsampling's two variants, decided apart from the blocks' (the same margin).
+UPSAMPLE_VARIANTS: dict[str, tuple[str, ...]] = {"tile": (), "upsample": ("upsample",)}
 # A variant replaces MindSpore's operators only when its median step is at least this much
 # faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
@@ -50,6 +54,8 @@ BATCH = 8
 # (channels in, channels out, input side, depthwise stride): YOLOX-nano's DWConv blocks
 # at 320 px, the stem's output onwards.
 BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
+# (channels, input side): the inputs of YOLOX-nano's two upsamplings (PAFPN) at 320 px.
+UPSAMPLES = ((128, 10), (64, 20))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
@@ -59,12 +65,27 @@ def choose(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str,
 
     ``median_ms`` maps each name of :data:`VARIANTS` to its median step time.
     """
-    missing = [name for name in VARIANTS if name not in median_ms]
+    return _winner(VARIANTS, median_ms, margin)
+
+
+def choose_upsample(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("upsample",)`` if the kernel beats reshape + ``Tile`` by ``margin``, else ``()``;
+    ``median_ms`` maps each name of :data:`UPSAMPLE_VARIANTS` to its median time."""
+    return _winner(UPSAMPLE_VARIANTS, median_ms, margin)
+
+
+def _winner(
+    variants: Mapping[str, tuple[str, ...]], median_ms: Mapping[str, float], margin: float
+) -> tuple[str, ...]:
+    """The kernels of the fastest of ``variants`` if it beats the first (MindSpore's
+    operators) by ``margin``, else none."""
+    missing = [name for name in variants if name not in median_ms]
     if missing:
         raise ValueError(f"kernel benchmark has no time for {missing}")
-    best = min(VARIANTS, key=lambda name: median_ms[name])
-    if median_ms[best] < (1.0 - margin) * median_ms["native"]:
-        return VARIANTS[best]
+    baseline = next(iter(variants))
+    best = min(variants, key=lambda name: median_ms[name])
+    if median_ms[best] < (1.0 - margin) * median_ms[baseline]:
+        return variants[best]
     return ()
 
 
@@ -115,10 +136,15 @@ def decide(library: str, threads: int, mindspore_version: str) -> dict:
 
 def describe(record: Mapping[str, Any]) -> str:
     """One log line: what runs on which kernels, and the measured times."""
-    times = record.get("median_ms") or {}
-    figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in VARIANTS if name in times)
+    times = {**(record.get("median_ms") or {}), **(record.get("upsample_ms") or {})}
+    names = (*VARIANTS, *UPSAMPLE_VARIANTS)
+    figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = " and ".join(
-        {"depthwise": "depthwise convolutions", "batchnorm_silu": "BatchNorm+SiLU"}[k]
+        {
+            "depthwise": "depthwise convolutions",
+            "batchnorm_silu": "BatchNorm+SiLU",
+            "upsample": "2x upsampling",
+        }[k]
         for k in record.get("kernels", [])
     )
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
@@ -196,28 +222,84 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         rng.standard_normal((BATCH, BLOCKS[0][0], BLOCKS[0][2], BLOCKS[0][2]), np.float32)
     )
     steps = {name: _grad_step(_blocks(library, kernels, rng)) for name, kernels in VARIANTS.items()}
-    compile_s = {}
-    for name, step in steps.items():
-        started = time.perf_counter()
-        step(x)[0].asnumpy()
-        compile_s[name] = round(time.perf_counter() - started, 2)
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for i in range(WARMUP + rounds):
-        for name, step in steps.items():
-            started = time.perf_counter()
-            step(x)[0].asnumpy()
-            if i >= WARMUP:
-                times[name].append(1000.0 * (time.perf_counter() - started))
-    median_ms = {name: round(float(np.median(t)), 2) for name, t in times.items()}
+    compile_s, median_ms = _time_alternating(steps, (x,), rounds)
+    xs = tuple(
+        ms.Tensor(rng.standard_normal((BATCH, c, side, side), np.float32)) for c, side in UPSAMPLES
+    )
+    up_steps = {
+        name: _grad_step(_upsamplings(library, kernels, rng))
+        for name, kernels in UPSAMPLE_VARIANTS.items()
+    }
+    up_compile_s, upsample_ms = _time_alternating(up_steps, xs, rounds)
     return {
-        "kernels": list(choose(median_ms)),
+        "kernels": list(choose(median_ms) + choose_upsample(upsample_ms)),
         "median_ms": median_ms,
-        "first_call_s": compile_s,
+        "upsample_ms": upsample_ms,
+        "first_call_s": {**compile_s, **up_compile_s},
         "threads": int(threads),
         "margin": MARGIN,
         "mindspore": ms.__version__,
         "library": os.path.basename(library),
     }
+
+
+def _time_alternating(steps: Mapping[str, Any], inputs: tuple, rounds: int):
+    """(first call's seconds, median ms of the later calls) of each step, the steps taking
+    turns: ``WARMUP`` rounds, then ``rounds`` timed ones."""
+    import numpy as np
+
+    compile_s = {}
+    for name, step in steps.items():
+        started = time.perf_counter()
+        step(*inputs)[0].asnumpy()
+        compile_s[name] = round(time.perf_counter() - started, 2)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(WARMUP + rounds):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step(*inputs)[0].asnumpy()
+            if i >= WARMUP:
+                times[name].append(1000.0 * (time.perf_counter() - started))
+    return compile_s, {name: round(float(np.median(t)), 2) for name, t in times.items()}
+
+
+def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
+    """The neck's two upsamplings, each behind a 1x1 convolution (as the lateral ones are,
+    so the gradient runs through the upsampling), on msdet's kernel if ``kernels`` has it."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from models.layers import upsample2x
+    from ops.upsample import upsample2x_op
+
+    class Branch(nn.Cell):
+        def __init__(self, channels: int, side: int):
+            super().__init__()
+            w = rng.uniform(-0.3, 0.3, (channels, channels, 1, 1)).astype("float32")
+            self.conv = nn.Conv2d(channels, channels, 1, weight_init=ms.Tensor(w))
+            # a fixed weighting of the output, so every gradient entry differs
+            self.scale = ms.Tensor(
+                rng.uniform(0.5, 1.5, (1, channels, 2 * side, 2 * side)).astype("float32")
+            )
+            self.op = upsample2x_op(library) if "upsample" in kernels else None
+
+        def construct(self, x):
+            y = self.conv(x)
+            y = upsample2x(y) if self.op is None else self.op(y)
+            return y * self.scale
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.branches = nn.CellList([Branch(c, side) for c, side in UPSAMPLES])
+
+        def construct(self, *xs):
+            total = 0.0
+            for branch, x in zip(self.branches, xs):
+                total = total + branch(x).sum()
+            return total
+
+    return Net()
 
 
 def _blocks(library: str, kernels: Sequence[str], rng) -> Any:
@@ -278,11 +360,11 @@ def _grad_step(net) -> Any:
             self.net = net
             self.grad_fn = ms.value_and_grad(self.forward, None, net.trainable_params())
 
-        def forward(self, x):
-            return self.net(x).sum()
+        def forward(self, *xs):
+            return self.net(*xs).sum()
 
-        def construct(self, x):
-            return self.grad_fn(x)
+        def construct(self, *xs):
+            return self.grad_fn(*xs)
 
     step = Step()
     step.set_train(True)

@@ -33,3 +33,28 @@ def test_the_model_name_carries_family_and_model_and_the_simd_levels_follow():
     assert cpu_simd(ZEN3) == "avx2 fma avx sse4_2"
     assert cpu_simd(GRAVITON) == "asimd sve"
     assert cpu_simd("") == ""
+
+
+def test_alternating_steps_reverse_their_order_every_round_and_skip_the_warm_up():
+    from bench.common import alternate_steps
+
+    calls, seen = [], []
+
+    class Step:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, *inputs):
+            calls.append((self.name, inputs))
+            return [Done()]
+
+    class Done:
+        def asnumpy(self):
+            return None
+
+    steps = {"a": Step("a"), "b": Step("b"), "c": Step("c")}
+    result = alternate_steps(steps, (1, 2), 2, before=seen.append)
+    order = [name for name, _ in calls]
+    assert order == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]  # warm-up, then 2 rounds
+    assert seen == order and all(inputs == (1, 2) for _, inputs in calls)
+    assert set(result) == {"a", "b", "c"} and all(t >= 0 for t in result.values())

@@ -7,7 +7,16 @@ import json
 import pytest
 
 from ops import kernel_choice
-from ops.kernel_choice import VARIANTS, cached_choice, choice_path, choose, decide, describe
+from ops.kernel_choice import (
+    UPSAMPLE_VARIANTS,
+    VARIANTS,
+    cached_choice,
+    choice_path,
+    choose,
+    choose_upsample,
+    decide,
+    describe,
+)
 
 
 def times(native, depthwise, batchnorm_silu, both):
@@ -30,6 +39,14 @@ def test_choose_keeps_the_fastest_variant_only_when_it_clearly_wins():
     assert choose(times(100, 94, 99, 96)) == ("depthwise",)
     with pytest.raises(ValueError, match="no time for"):
         choose({"native": 1.0, "both": 0.5})
+
+
+def test_the_upsampling_is_decided_against_tile_alone():
+    assert choose_upsample({"tile": 29.1, "upsample": 15.0}) == ("upsample",)
+    assert choose_upsample({"tile": 29.1, "upsample": 28.0}) == ()  # within the margin
+    assert choose_upsample({"tile": 15.0, "upsample": 29.1}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_upsample({"tile": 1.0})
 
 
 def record(kernels, version="2.10.0", threads=2):
@@ -81,15 +98,26 @@ def test_describe_is_one_line_with_the_figures():
     assert "\n" not in line and "depthwise convolutions on msdet's kernels" in line
     assert "native 160 ms" in line and "both 65 ms" in line
     assert "MindSpore's operators only" in describe(record([]))
+    both = {
+        **record(["depthwise", "upsample"]),
+        "median_ms": times(160.2, 114.9, 138.3, 64.8),
+        "upsample_ms": {"tile": 29.1, "upsample": 15.0},
+    }
+    line = describe(both)
+    assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
+    assert "tile 29 ms" in line and "upsample 15 ms" in line
 
 
 @pytest.mark.slow
 def test_the_benchmark_measures_every_variant(library):
-    """The child-process benchmark itself (~10-25 s on 2 cores): every variant timed, the
-    decision the one :func:`choose` makes from the times, cached under the library's name."""
+    """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
+    decision the one :func:`choose` and :func:`choose_upsample` make from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
     assert all(t > 0 for t in result["median_ms"].values())
-    assert tuple(result["kernels"]) == choose(result["median_ms"])
+    assert set(result["upsample_ms"]) == set(UPSAMPLE_VARIANTS)
+    assert all(t > 0 for t in result["upsample_ms"].values())
+    expected = choose(result["median_ms"]) + choose_upsample(result["upsample_ms"])
+    assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]

@@ -1,0 +1,133 @@
+"""2x nearest upsampling, forward + backward: reshape + Tile, msdet's kernel, PyTorch.
+
+    python -m bench.upsample [--batch 8] [--rounds 5] [--steps 20] [--threads N]
+    python -m bench.upsample --train-step [--steps 10]   # whole nano step, with and without
+
+For each upsampling YOLOX-nano's neck does at 320 px (channels x input side), one
+graph-mode cell computes ``sum(up(x) * s)`` and its gradient w.r.t. ``x`` with msdet's
+portable reshape + ``Tile`` (``models.layers.upsample2x``) and with ``ops.upsample`` (the
+compiled kernel, the same bits), and PyTorch's ``nn.Upsample(scale_factor=2)`` does the
+same; the three alternate in every round. Prints median ms per shape; last line
+``RESULT {json}``.
+
+``--train-step`` builds YOLOX-nano's whole training step (batch 8, 320 px, 80 classes)
+twice in one process, on all of msdet's kernels and on all but the upsampling one, and
+alternates their steps (the order reversed every round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from bench.common import median, print_header, print_result, timed
+from engine.device import configure_process_env
+
+# (channels, input side): YOLOX-nano's two upsamplings at 320 px (ops.kernel_choice's).
+SHAPES = ((128, 10), (64, 20))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
+    args = parser.parse_args(argv)
+    if args.train_step:
+        return compare_train_steps(args.steps, args.threads)
+    configure_process_env("CPU")
+    import mindspore as ms
+    import numpy as np
+    import torch
+    from mindspore import nn
+
+    from models.layers import upsample2x
+    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+    from ops.upsample import upsample2x_op
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    torch.set_num_threads(args.threads)
+    print_header("2x nearest upsampling, forward + backward")
+    library = build_kernel_library()
+    if library is None:
+        raise SystemExit("no C++ compiler: the kernel cannot be built here")
+    set_kernel_threads(library, args.threads)
+
+    class Weighted(nn.Cell):
+        def __init__(self, op, scale):
+            super().__init__()
+            self.op = op
+            self.scale = scale
+
+        def construct(self, x):
+            y = upsample2x(x) if self.op is None else self.op(x)
+            return (y * self.scale).sum()
+
+    rows = []
+    for c, side in SHAPES:
+        rng = np.random.default_rng(0)
+        x_np = rng.standard_normal((args.batch, c, side, side)).astype(np.float32)
+        s_np = rng.uniform(0.5, 1.5, (1, c, 2 * side, 2 * side)).astype(np.float32)
+        x = ms.Tensor(x_np)
+        tile = ms.grad(Weighted(None, ms.Tensor(s_np)), 0)
+        kernel = ms.grad(Weighted(upsample2x_op(library), ms.Tensor(s_np)), 0)
+        tx = torch.tensor(x_np, requires_grad=True)
+        ts = torch.tensor(s_np)
+        tup = torch.nn.Upsample(scale_factor=2)
+
+        def run_torch(tx=tx, ts=ts, tup=tup):
+            tx.grad = None
+            (tup(tx) * ts).sum().backward()
+
+        sides = {
+            "tile": lambda fn=tile, x=x: fn(x).asnumpy(),
+            "msdet_kernel": lambda fn=kernel, x=x: fn(x).asnumpy(),
+            "pytorch": run_torch,
+        }
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        names = list(sides)
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                times[name].append(timed(sides[name], args.steps, 2)[1] * 1000)
+        row = {"channels": c, "side": side}
+        row.update({k: round(median(v), 3) for k, v in times.items()})
+        rows.append(row)
+        print(
+            f"{c:4d} ch {side:3d}px -> {2 * side}px: Tile {row['tile']:7.3f} ms  "
+            f"kernel {row['msdet_kernel']:7.3f} ms  PyTorch {row['pytorch']:7.3f} ms",
+            flush=True,
+        )
+    total = {k: round(sum(r[k] for r in rows), 3) for k in sides}
+    print_result({"batch": args.batch, "rounds": args.rounds, "rows": rows, "total_ms": total})
+    return total
+
+
+def compare_train_steps(steps: int, threads: int) -> dict:
+    """Median seconds per training step with and without the upsampling kernel (every other
+    msdet kernel on in both), steps alternating."""
+    from bench.common import alternate_steps, nano_train_steps, peak_rss_mb
+    from ops import cpu_kernels
+
+    print_header("YOLOX-nano training step: upsampling on Tile vs on msdet's kernel")
+    others = tuple(k for k in cpu_kernels.KERNELS if k != "upsample")
+    variants = {"tile": others, "upsample_kernel": cpu_kernels.KERNELS}
+    _, train_steps, first, inputs = nano_train_steps(variants, steps, threads)
+    result = alternate_steps(train_steps, inputs, steps)
+    ratio = round(result["tile"] / result["upsample_kernel"], 3)
+    print(f"step s: {result}  speed-up {ratio}x", flush=True)
+    print_result(
+        {
+            "step_s": result,
+            "speedup": ratio,
+            "first_step_s": first,
+            "steps": steps,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Nearest-neighbour 2x upsampling on CPU as a compiled custom operator (forward and backward).
+
+msdet's portable upsampling is a reshape + ``Tile`` (``models.layers.Upsample2x``);
+MindSpore 2.10's CPU ``Tile`` writes under 1 GB/s and its gradient runs as a ``ReduceSum``
+over the tiled axes. ``kernels/upsample.cc`` does each direction in one pass and gives the
+same bits as the ``Tile`` path (why: its header). Models use it when ``ops.cpu_kernels``
+has a library enabled for ``"upsample"``.
+"""
+
+from __future__ import annotations
+
+from mindspore import ops
+
+
+def _doubled(x):
+    return (x[0], x[1], 2 * x[2], 2 * x[3])
+
+
+def _halved(dy):
+    return (dy[0], dy[1], dy[2] // 2, dy[3] // 2)
+
+
+def _same(dtype):
+    return dtype
+
+
+def upsample2x_op(library: str):
+    """``x [N, C, H, W] -> y [N, C, 2H, 2W]``, ``y[.., 2i + a, 2j + b] = x[.., i, j]``, with
+    its backward attached (each input pixel gets the sum of its four outputs' gradients)."""
+    grad = ops.Custom(
+        f"{library}:Upsample2xGrad", out_shape=_halved, out_dtype=_same, func_type="aot"
+    )
+
+    def bprop(x, out, dout):
+        return (grad(dout),)
+
+    return ops.Custom(
+        f"{library}:Upsample2xForward",
+        out_shape=_doubled,
+        out_dtype=_same,
+        func_type="aot",
+        bprop=bprop,
+    )
