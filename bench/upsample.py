@@ -22,9 +22,7 @@ import os
 
 from bench.common import median, print_header, print_result, timed
 from engine.device import configure_process_env
-
-# (channels, input side): YOLOX-nano's two upsamplings at 320 px (ops.kernel_choice's).
-SHAPES = ((128, 10), (64, 20))
+from ops.kernel_choice import UPSAMPLES as SHAPES  # YOLOX-nano's two, at 320 px
 
 
 def main(argv: list[str] | None = None) -> dict:

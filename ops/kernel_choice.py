@@ -139,14 +139,13 @@ def describe(record: Mapping[str, Any]) -> str:
     times = {**(record.get("median_ms") or {}), **(record.get("upsample_ms") or {})}
     names = (*VARIANTS, *UPSAMPLE_VARIANTS)
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
-    chosen = " and ".join(
-        {
-            "depthwise": "depthwise convolutions",
-            "batchnorm_silu": "BatchNorm+SiLU",
-            "upsample": "2x upsampling",
-        }[k]
-        for k in record.get("kernels", [])
-    )
+    labels = {
+        "depthwise": "depthwise convolutions",
+        "batchnorm_silu": "BatchNorm+SiLU",
+        "upsample": "2x upsampling",
+    }
+    used = [labels[k] for k in record.get("kernels", [])]
+    chosen = " and ".join(filter(None, (", ".join(used[:-1]), *used[-1:])))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
     return (
         f"CPU kernels (measured on this CPU, {record.get('threads')} threads): {what} ({figures})"
@@ -245,7 +244,8 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
 
 def _time_alternating(steps: Mapping[str, Any], inputs: tuple, rounds: int):
     """(first call's seconds, median ms of the later calls) of each step, the steps taking
-    turns: ``WARMUP`` rounds, then ``rounds`` timed ones."""
+    turns: ``WARMUP`` rounds, then ``rounds`` timed ones, in reversed order every other
+    round (in a fixed order the later variants measured faster)."""
     import numpy as np
 
     compile_s = {}
@@ -253,11 +253,12 @@ def _time_alternating(steps: Mapping[str, Any], inputs: tuple, rounds: int):
         started = time.perf_counter()
         step(*inputs)[0].asnumpy()
         compile_s[name] = round(time.perf_counter() - started, 2)
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(WARMUP + rounds):
-        for name, step in steps.items():
+        for name in names if i % 2 == 0 else names[::-1]:
             started = time.perf_counter()
-            step(*inputs)[0].asnumpy()
+            steps[name](*inputs)[0].asnumpy()
             if i >= WARMUP:
                 times[name].append(1000.0 * (time.perf_counter() - started))
     return compile_s, {name: round(float(np.median(t)), 2) for name, t in times.items()}

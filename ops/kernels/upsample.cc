@@ -10,7 +10,7 @@
 // - gradient: dx[i, j] = the four dy it was copied to, summed in double and rounded once to
 //   float32. MindSpore's CPU ReduceSum gives that value (its float32 sums of four equal the
 //   double sum rounded: tests/ops/test_upsample.py compares the two gradients bit for bit),
-//   and four floats whose exponents lie within 29 bits of each other sum exactly in double,
+//   and four floats whose exponents lie within 27 bits of each other sum exactly in double,
 //   so the order of the additions does not matter.
 //
 // Layouts (float32, contiguous): x [N, C, H, W], y [N, C, 2H, 2W]. The planes (N * C) are

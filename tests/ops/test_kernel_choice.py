@@ -106,6 +106,8 @@ def test_describe_is_one_line_with_the_figures():
     line = describe(both)
     assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
     assert "tile 29 ms" in line and "upsample 15 ms" in line
+    every = describe({**both, "kernels": ["depthwise", "batchnorm_silu", "upsample"]})
+    assert "depthwise convolutions, BatchNorm+SiLU and 2x upsampling on msdet's" in every
 
 
 @pytest.mark.slow
