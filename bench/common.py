@@ -206,6 +206,59 @@ def alternate_steps(train_steps: dict, inputs: tuple, steps: int, before=None) -
     return {name: round(median(t), 3) for name, t in times.items()}
 
 
+def kernel_bench_parser(doc: str, rounds: int):
+    """The command line shared by the per-kernel benchmarks (``bench.depthwise``,
+    ``bench.upsample``): batch, rounds, steps per timing, threads, ``--train-step``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
+    return parser
+
+
+def start_kernel_bench(title: str, threads: int) -> str:
+    """Set up a per-kernel benchmark's process (CPU environment, graph mode, ``threads`` for
+    PyTorch and msdet's kernels), print its header, and return the kernel library."""
+    from engine.device import configure_process_env
+
+    configure_process_env("CPU")
+    import mindspore as ms
+    import torch
+
+    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    torch.set_num_threads(threads)
+    print_header(title)
+    library = build_kernel_library()
+    if library is None:
+        raise SystemExit("no C++ compiler: the kernel cannot be built here")
+    set_kernel_threads(library, threads)
+    return library
+
+
+def print_step_comparison(
+    result: dict[str, float], baseline: str, candidate: str, first: dict, steps: int
+) -> None:
+    """The whole-step comparison's last lines: the medians, ``baseline / candidate`` as the
+    speed-up, the first steps (compilation), the peak RSS."""
+    ratio = round(result[baseline] / result[candidate], 3)
+    print(f"step s: {result}  speed-up {ratio}x", flush=True)
+    print_result(
+        {
+            "step_s": result,
+            "speedup": ratio,
+            "first_step_s": first,
+            "steps": steps,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+    )
+
+
 def read_result(output: str) -> dict[str, Any]:
     """The RESULT json of a benchmark's output."""
     for line in reversed(output.splitlines()):

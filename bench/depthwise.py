@@ -20,11 +20,7 @@ msdet's kernels use ``--threads`` threads in every mode.
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from bench.common import median, print_header, print_result, timed
-from engine.device import configure_process_env
+from bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
 
 GENERAL_LOOPS = "msdet_kernels_general_loops"
 # (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
@@ -32,31 +28,17 @@ SHAPES = ((16, 160, 2), (32, 80, 1), (32, 80, 2), (64, 40, 1), (64, 40, 2), (128
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
-    args = parser.parse_args(argv)
+    args = kernel_bench_parser(__doc__, rounds=3).parse_args(argv)
     if args.train_step:
         return compare_train_steps(args.steps, args.threads)
-    configure_process_env("CPU")
+    library = start_kernel_bench("depthwise convolution, forward + backward", args.threads)
     import mindspore as ms
     import numpy as np
     import torch
     from mindspore import nn, ops
 
-    from ops.cpu_kernels import build_kernel_library, set_depthwise_general, set_kernel_threads
+    from ops.cpu_kernels import set_depthwise_general
     from ops.depthwise import DepthwiseConv2d
-
-    ms.set_context(mode=ms.GRAPH_MODE)
-    torch.set_num_threads(args.threads)
-    print_header("depthwise convolution, forward + backward")
-    library = build_kernel_library()
-    if library is None:
-        raise SystemExit("no C++ compiler: the kernel cannot be built here")
-    set_kernel_threads(library, args.threads)
 
     class Grads(nn.Cell):
         def __init__(self, conv):
@@ -117,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
 def compare_train_steps(steps: int, threads: int) -> dict:
     """Median seconds per training step on MindSpore's operators and on msdet's kernels,
     steps alternating."""
-    from bench.common import alternate_steps, nano_train_steps, peak_rss_mb
+    from bench.common import alternate_steps, nano_train_steps, print_header, print_step_comparison
     from ops import cpu_kernels
 
     print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
@@ -134,17 +116,7 @@ def compare_train_steps(steps: int, threads: int) -> dict:
         result = alternate_steps(train_steps, inputs, steps, before)
     finally:
         cpu_kernels.set_depthwise_general(library, False)
-    ratio = round(result["mindspore_ops"] / result["msdet_kernels"], 2)
-    print(f"step s: {result}  speed-up {ratio}x", flush=True)
-    print_result(
-        {
-            "step_s": result,
-            "speedup": ratio,
-            "first_step_s": first,
-            "steps": steps,
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-        }
-    )
+    print_step_comparison(result, "mindspore_ops", "msdet_kernels", first, steps)
     return result
 
 

@@ -5,7 +5,7 @@
 
 For each upsampling YOLOX-nano's neck does at 320 px (channels x input side), one
 graph-mode cell computes ``sum(up(x) * s)`` and its gradient w.r.t. ``x`` with msdet's
-portable reshape + ``Tile`` (``models.layers.upsample2x``) and with ``ops.upsample`` (the
+portable reshape + ``Tile`` (``ops.upsample.upsample2x``) and with ``ops.upsample`` (the
 compiled kernel, the same bits), and PyTorch's ``nn.Upsample(scale_factor=2)`` does the
 same; the three alternate in every round. Prints median ms per shape; last line
 ``RESULT {json}``.
@@ -17,41 +17,21 @@ alternates their steps (the order reversed every round).
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from bench.common import median, print_header, print_result, timed
-from engine.device import configure_process_env
+from bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
 from ops.kernel_choice import UPSAMPLES as SHAPES  # YOLOX-nano's two, at 320 px
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--train-step", action="store_true", help="whole training step instead")
-    args = parser.parse_args(argv)
+    args = kernel_bench_parser(__doc__, rounds=5).parse_args(argv)
     if args.train_step:
         return compare_train_steps(args.steps, args.threads)
-    configure_process_env("CPU")
+    library = start_kernel_bench("2x nearest upsampling, forward + backward", args.threads)
     import mindspore as ms
     import numpy as np
     import torch
     from mindspore import nn
 
-    from models.layers import upsample2x
-    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
-    from ops.upsample import upsample2x_op
-
-    ms.set_context(mode=ms.GRAPH_MODE)
-    torch.set_num_threads(args.threads)
-    print_header("2x nearest upsampling, forward + backward")
-    library = build_kernel_library()
-    if library is None:
-        raise SystemExit("no C++ compiler: the kernel cannot be built here")
-    set_kernel_threads(library, args.threads)
+    from ops.upsample import upsample2x, upsample2x_op
 
     class Weighted(nn.Cell):
         def __init__(self, op, scale):
@@ -105,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
 def compare_train_steps(steps: int, threads: int) -> dict:
     """Median seconds per training step with and without the upsampling kernel (every other
     msdet kernel on in both), steps alternating."""
-    from bench.common import alternate_steps, nano_train_steps, peak_rss_mb
+    from bench.common import alternate_steps, nano_train_steps, print_header, print_step_comparison
     from ops import cpu_kernels
 
     print_header("YOLOX-nano training step: upsampling on Tile vs on msdet's kernel")
@@ -113,17 +93,7 @@ def compare_train_steps(steps: int, threads: int) -> dict:
     variants = {"tile": others, "upsample_kernel": cpu_kernels.KERNELS}
     _, train_steps, first, inputs = nano_train_steps(variants, steps, threads)
     result = alternate_steps(train_steps, inputs, steps)
-    ratio = round(result["tile"] / result["upsample_kernel"], 3)
-    print(f"step s: {result}  speed-up {ratio}x", flush=True)
-    print_result(
-        {
-            "step_s": result,
-            "speedup": ratio,
-            "first_step_s": first,
-            "steps": steps,
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-        }
-    )
+    print_step_comparison(result, "tile", "upsample_kernel", first, steps)
     return result
 
 

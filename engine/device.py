@@ -223,13 +223,14 @@ def setup_cpu_kernels(
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
     convolutions, BatchNorm + SiLU, 2x upsampling) where they are faster, on CPU in fp32.
 
-    MindSpore's CPU backend runs both through slow paths (im2col + GEMM; seven element-wise
-    operators and a slow BatchNormGrad), but whether msdet's direct loops win depends on the
-    CPU (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
-    ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
-    once, cached with the library), ``msdet`` uses all unmeasured (tests, benchmarks),
-    ``native`` neither. GPU, Ascend, mixed precision (the kernels are float32) and a machine
-    without a working compiler keep MindSpore's operators. Logs the decision in one line.
+    MindSpore's CPU backend runs all three through slow paths (im2col + GEMM; seven
+    element-wise operators and a slow BatchNormGrad; a slow Tile and a ReduceSum), but
+    whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
+    EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on this
+    CPU at ``threads`` threads (measured once, cached with the library), ``msdet`` uses all
+    unmeasured (tests, benchmarks), ``native`` none. GPU, Ascend, mixed precision (the
+    kernels are float32) and a machine without a working compiler keep MindSpore's
+    operators. Logs the decision in one line.
     Returns (the kernel library's path or None, the kernels models use).
     """
     if choice not in CPU_KERNELS:

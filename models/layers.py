@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
@@ -18,7 +17,7 @@ from ops.batchnorm_silu import BatchNormSiLU
 from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from ops.depthwise import DepthwiseConv2d
-from ops.upsample import upsample2x_op
+from ops.upsample import upsample2x, upsample2x_op
 
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
 # the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.
@@ -260,19 +259,11 @@ class Focus(nn.Cell):
         return self.conv(x.reshape(b, 4 * c, h // 2, w // 2))
 
 
-def upsample2x(x: ms.Tensor) -> ms.Tensor:
-    """Nearest-neighbour 2x upsampling (PyTorch's nn.Upsample(scale_factor=2)).
-
-    A reshape + tile: the same values as ResizeNearestNeighbor, 2x faster on CPU.
-    """
-    b, c, h, w = x.shape
-    return ops.tile(x.reshape(b, c, h, 1, w, 1), (1, 1, 1, 2, 1, 2)).reshape(b, c, h * 2, w * 2)
-
-
 class Upsample2x(nn.Cell):
-    """:func:`upsample2x` as a Cell: on the compiled CPU kernel when the device module
-    enabled msdet's ``upsample`` kernel (``ops.upsample``: the same bits, forward and
-    gradient), on reshape + tile otherwise. No parameters."""
+    """Nearest-neighbour 2x upsampling (PyTorch's nn.Upsample(scale_factor=2)) as a Cell: on
+    the compiled CPU kernel when the device module enabled msdet's ``upsample`` kernel, on
+    reshape + tile otherwise (``ops.upsample``: the two give the same bits, forward and
+    gradient). No parameters."""
 
     def __init__(self):
         super().__init__()

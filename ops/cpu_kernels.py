@@ -21,6 +21,7 @@ lost on this CPU).
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import hashlib
 import logging
@@ -166,10 +167,17 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
     return lib
 
 
+@functools.cache
+def _handle(library: str) -> ctypes.CDLL:
+    """``library`` opened once in this process (the dynamic loader shares it with MindSpore's
+    own load of the same file)."""
+    return ctypes.CDLL(library)
+
+
 def set_kernel_threads(library: str, threads: int) -> int:
     """Threads the kernels in ``library`` split their loops over (this process); returns the
     count in force. MindSpore loads the same file, so both see one copy of the setting."""
-    lib = ctypes.CDLL(library)
+    lib = _handle(library)
     lib.MsdetSetThreads(ctypes.c_int(max(1, int(threads))))
     return int(lib.MsdetThreads())
 
@@ -178,7 +186,7 @@ def set_depthwise_general(library: str, general: bool) -> None:
     """Make stride-1 3x3 depthwise convolutions in ``library`` take the general loops that
     every other case takes (True) or their fast path (False, the default): the two give the
     same bits, so this is for tests and benchmarks that compare them (this process)."""
-    ctypes.CDLL(library).MsdetDepthwiseGeneral(ctypes.c_int(int(general)))
+    _handle(library).MsdetDepthwiseGeneral(ctypes.c_int(int(general)))
 
 
 def enable(

@@ -270,8 +270,7 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn
 
-    from models.layers import upsample2x
-    from ops.upsample import upsample2x_op
+    from ops.upsample import upsample2x, upsample2x_op
 
     class Branch(nn.Cell):
         def __init__(self, channels: int, side: int):

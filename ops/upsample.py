@@ -1,15 +1,22 @@
-"""Nearest-neighbour 2x upsampling on CPU as a compiled custom operator (forward and backward).
+"""Nearest-neighbour 2x upsampling (PyTorch's ``nn.Upsample(scale_factor=2)``): portable,
+and on CPU as a compiled custom operator (forward and backward).
 
-msdet's portable upsampling is a reshape + ``Tile`` (``models.layers.Upsample2x``);
-MindSpore 2.10's CPU ``Tile`` writes under 1 GB/s and its gradient runs as a ``ReduceSum``
-over the tiled axes. ``kernels/upsample.cc`` does each direction in one pass and gives the
-same bits as the ``Tile`` path (why: its header). Models use it when ``ops.cpu_kernels``
-has a library enabled for ``"upsample"``.
+The portable way is a reshape + ``Tile`` (:func:`upsample2x`). MindSpore 2.10's CPU
+``Tile`` writes under 1 GB/s and its gradient runs as a ``ReduceSum`` over the tiled axes;
+``kernels/upsample.cc`` does each direction in one pass and gives the same bits as the
+``Tile`` path (why: its header). ``models.layers.Upsample2x`` uses the kernel when
+``ops.cpu_kernels`` has a library enabled for ``"upsample"``.
 """
 
 from __future__ import annotations
 
-from mindspore import ops
+from mindspore import Tensor, ops
+
+
+def upsample2x(x: Tensor) -> Tensor:
+    """A reshape + tile: the same values as ResizeNearestNeighbor, 2x faster on CPU."""
+    b, c, h, w = x.shape
+    return ops.tile(x.reshape(b, c, h, 1, w, 1), (1, 1, 1, 2, 1, 2)).reshape(b, c, h * 2, w * 2)
 
 
 def _doubled(x):

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from models.layers import Upsample2x, upsample2x
+from models.layers import Upsample2x
+from models.neck import YOLOPAFPN
 from ops import cpu_kernels
-from ops.upsample import upsample2x_op
+from ops.upsample import upsample2x, upsample2x_op
 
 
 class Up(nn.Cell):
@@ -73,11 +74,13 @@ def test_models_use_the_kernel_only_when_enabled(library):
     try:
         cpu_kernels.set_custom_kernel_library(library, ("upsample",))
         fast = Upsample2x()
+        neck = YOLOPAFPN(0.33, 0.25, depthwise=True)
         cpu_kernels.set_custom_kernel_library(library, ("depthwise", "batchnorm_silu"))
         plain = Upsample2x()
     finally:
         cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     assert fast.op is not None and plain.op is None
+    assert neck.upsample.op is not None  # the neck's two upsamplings run on it
     x = ms.Tensor(np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5))
     np.testing.assert_array_equal(fast(x).asnumpy(), plain(x).asnumpy())
     assert fast(x).shape == (2, 3, 8, 10) and not list(fast.get_parameters())
