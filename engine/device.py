@@ -247,10 +247,7 @@ def setup_cpu_kernels(
         return None, ()
     if choice == "msdet":
         kernels = cpu_kernels.KERNELS
-        log.info(
-            "CPU kernels: depthwise convolutions, BatchNorm+SiLU and 2x upsampling on msdet's "
-            "kernels"
-        )
+        log.info("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
     else:
         import mindspore as ms
 

@@ -55,8 +55,21 @@ CXX_FLAGS = (
     "-fPIC",
 )
 
-# The operators the library provides, by the name models ask for.
+# The operators the library provides, by the name models ask for, and what logs call them.
 KERNELS = ("depthwise", "batchnorm_silu", "upsample")
+LABELS = {
+    "depthwise": "depthwise convolutions",
+    "batchnorm_silu": "BatchNorm+SiLU",
+    "upsample": "2x upsampling",
+}
+
+
+def kernels_text(kernels: tuple[str, ...] | list[str]) -> str:
+    """``kernels`` for a log line: "depthwise convolutions, BatchNorm+SiLU and 2x upsampling"
+    ("" for none)."""
+    names = [LABELS[k] for k in kernels]
+    return " and ".join(filter(None, (", ".join(names[:-1]), *names[-1:])))
+
 
 _library: str | None = None
 _kernels: tuple[str, ...] = ()

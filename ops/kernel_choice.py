@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ops.cpu_kernels import KERNELS
+from ops.cpu_kernels import KERNELS, kernels_text
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +139,7 @@ def describe(record: Mapping[str, Any]) -> str:
     times = {**(record.get("median_ms") or {}), **(record.get("upsample_ms") or {})}
     names = (*VARIANTS, *UPSAMPLE_VARIANTS)
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
-    labels = {
-        "depthwise": "depthwise convolutions",
-        "batchnorm_silu": "BatchNorm+SiLU",
-        "upsample": "2x upsampling",
-    }
-    used = [labels[k] for k in record.get("kernels", [])]
-    chosen = " and ".join(filter(None, (", ".join(used[:-1]), *used[-1:])))
+    chosen = kernels_text(record.get("kernels", []))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
     return (
         f"CPU kernels (measured on this CPU, {record.get('threads')} threads): {what} ({figures})"
