@@ -120,7 +120,9 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
     train_step = train_py_step(net, YOLOXLoss(80), lrs, cfg, rt)
-    images, targets, mask = (ms.Tensor(a) for a in synthetic_batch(8, 320, 80, 50, 5))
+    images, targets, mask = (
+        ms.Tensor(a) for a in synthetic_batch(8, 320, 80, int(cfg.data.max_objects), 5)
+    )
 
     def step():
         train_step(images, targets, mask)[0].asnumpy()

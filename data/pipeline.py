@@ -22,6 +22,7 @@ from typing import Any
 import mindspore.dataset as ds
 import numpy as np
 
+from data.buckets import TrimToBucket
 from data.coco import CocoSource
 from data.config import input_size, resolve_num_workers
 from data.image_io import ImageReadError
@@ -373,6 +374,7 @@ def build_train_dataset(
     rank: int = 0,
     world_size: int = 1,
     start_epoch: int = 0,
+    buckets: Sequence[int] = (),
 ) -> ds.Dataset:
     """The training dataset: batches of ``("images", "targets", "mask")``.
 
@@ -381,7 +383,9 @@ def build_train_dataset(
     [B, max_objects]. One epoch is ``len(source) // world_size // batch_size`` steps
     (incomplete batches are dropped). The returned dataset has an ``epoch_sampler``
     attribute (the :class:`EpochSampler`, see its note on :meth:`EpochSampler.set_epoch`);
-    unreadable-image counts are in ``source.unreadable``.
+    unreadable-image counts are in ``source.unreadable``. With more than one of
+    ``buckets`` (:func:`data.buckets.target_buckets`) each batch's targets and mask keep
+    only the rows of its bucket (:class:`data.buckets.TrimToBucket`).
     """
     img_size = check_data_config(data_cfg)
     sampler = EpochSampler(len(source), seed, start_epoch, rank, world_size, shuffle=True)
@@ -407,6 +411,8 @@ def build_train_dataset(
         python_multiprocessing=bool(data_cfg.python_multiprocessing),
     )
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    if len(buckets) > 1:
+        dataset = dataset.map(TrimToBucket(buckets), input_columns=["targets", "mask"])
     dataset.epoch_sampler = sampler
     return dataset
 

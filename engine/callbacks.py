@@ -36,7 +36,7 @@ from mindspore.train import Callback
 from data.pipeline import first_no_aug_epoch
 from data.progress import Progress
 from engine.checkpoint import META_BAD_EVALS, META_BEST, META_EPOCH, META_STEPS_PER_EPOCH
-from engine.memory import release_free_heap
+from engine.graphs import compile_graph, input_shapes, target_rows, with_target_rows
 from engine.run_record import write_results
 from engine.step_stats import LOSS_TERMS, read_and_reset
 from models.checkpoint import CheckpointError
@@ -133,26 +133,58 @@ def _scalar(t: Any) -> float:
 
 
 class CompileTrainingGraph(Callback):
-    """Compiles the training graph before the first step runs (graph mode, one input size;
-    ``engine.multiscale`` does the same per size), logs how long it took, and hands the
-    compiler's freed heap back to the OS before the step's tensors are allocated
-    (:func:`engine.runtime.release_free_heap`: the training peak is lower by that much).
-    The step then finds its graph compiled: MindSpore keys it on the phase and inputs."""
+    """Compiles each training graph before the first step that runs it (graph mode, one
+    input size; ``engine.multiscale`` does the same per size) and logs how long it took
+    (``engine.graphs``). One graph per input shape: one in all, or one per target bucket
+    (``data.target_buckets``), compiled when a batch first needs it. ``buckets`` with
+    ``compile_all_first``: every bucket's graph before the first step, in bucket order
+    (MindSpore's persistent compile cache finds graphs by compile order; with several
+    ranks, none waits in a collective while another compiles)."""
 
     phase = MEASURE
 
-    def __init__(self) -> None:
-        self.done = False
+    def __init__(self, buckets: Sequence[int] = (), compile_all_first: bool = False) -> None:
+        self.buckets = tuple(buckets)
+        self.pending = list(self.buckets) if compile_all_first and len(self.buckets) > 1 else []
+        self.compiled: dict[tuple, float] = {}
+        self.steps_per_rows: dict[int, int] = {}
 
     def on_train_step_begin(self, run_context):
-        if self.done:
-            return
-        self.done = True
         cb = run_context.original_args()
-        started = time.perf_counter()
-        cb.train_network.compile(*(cb.train_dataset_element or ()))
-        log.info("training graph compiled in %.1f s", time.perf_counter() - started)
-        release_free_heap()
+        inputs = tuple(cb.train_dataset_element or ())
+        while self.pending:
+            self._compile(cb.train_network, with_target_rows(inputs, self.pending.pop(0)))
+        self._compile(cb.train_network, inputs)
+        if len(self.buckets) > 1:
+            rows = target_rows(inputs)
+            self.steps_per_rows[rows] = self.steps_per_rows.get(rows, 0) + 1
+
+    def on_train_end(self, run_context):
+        if len(self.buckets) > 1:
+            log.info(
+                "target buckets: %d graphs compiled in %.1f s; steps per bucket: %s",
+                len(self.compiled),
+                sum(self.compiled.values()),
+                ", ".join(
+                    f"{rows} rows: {self.steps_per_rows.get(rows, 0)}" for rows in self.buckets
+                ),
+            )
+
+    def _compile(self, network, inputs) -> None:
+        key = input_shapes(inputs)
+        if key in self.compiled:
+            return
+        self.compiled[key] = seconds = compile_graph(network, inputs)
+        if len(self.buckets) > 1:
+            log.info(
+                "training graph for %d target rows compiled in %.1f s (%d of %d buckets)",
+                target_rows(inputs),
+                seconds,
+                len(self.compiled),
+                len(self.buckets),
+            )
+        else:
+            log.info("training graph compiled in %.1f s", seconds)
 
 
 class StepStats(EpochCallback):

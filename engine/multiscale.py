@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Sequence
 
 import mindspore as ms
@@ -40,7 +39,7 @@ import numpy as np
 from mindspore import nn, ops
 from mindspore.train import Callback
 
-from engine.memory import release_free_heap
+from engine.graphs import compile_graph, target_rows, with_target_rows
 
 log = logging.getLogger("train")
 
@@ -168,6 +167,8 @@ class MultiScaleSchedule(Callback):
     size explicitly (and log its time) before the step runs it; graph mode only.
     ``compile_all_first``: compile every size, in :func:`all_sizes` order, before the
     first step (default: when the persistent compile cache is on, see the module note).
+    ``buckets``: the target buckets (``data.buckets``); each size has a graph per bucket,
+    compiled when a batch first needs it, or all of them first with ``compile_all_first``.
     """
 
     def __init__(
@@ -180,6 +181,7 @@ class MultiScaleSchedule(Callback):
         steps_per_call: int = 1,
         compile_graphs: bool = True,
         compile_all_first: bool | None = None,
+        buckets: Sequence[int] = (),
     ):
         super().__init__()
         size_range(resize.base, multiscale_range)  # fail at build time, not at step 11
@@ -197,8 +199,17 @@ class MultiScaleSchedule(Callback):
         self.compile_graphs = compile_graphs
         if compile_all_first is None:
             compile_all_first = compile_graphs and compile_cache_enabled()
-        self.pending = all_sizes(resize.base, self.range) if compile_all_first else []
-        self.compiled: dict[tuple[str, tuple[int, int]], float] = {}
+        self.buckets = tuple(int(b) for b in buckets)
+        self.pending = (
+            [
+                (size, rows)
+                for size in all_sizes(resize.base, self.range)
+                for rows in self.buckets or (None,)
+            ]
+            if compile_all_first
+            else []
+        )
+        self.compiled: dict[tuple, float] = {}
         self.sizes_used: dict[tuple[int, int], int] = {}
         self._next_step = 0
 
@@ -222,26 +233,26 @@ class MultiScaleSchedule(Callback):
         network = cb.train_network
         inputs = cb.train_dataset_element or ()
         while self.pending:
-            self._use(network, self.pending.pop(0), inputs, step)
+            first, rows = self.pending.pop(0)
+            self._use(
+                network, first, inputs if rows is None else with_target_rows(inputs, rows), step
+            )
         self._use(network, size, inputs, step)
 
     def _use(self, network, size: tuple[int, int], inputs, step: int) -> None:
         self.resize.size = size
         network.phase = f"train.{size[0]}x{size[1]}"
-        key = (str(id(network)), size)
+        rows = target_rows(inputs) if len(self.buckets) > 1 else None
+        key = (str(id(network)), size, rows)
         if key in self.compiled:
             return
-        seconds = 0.0
-        if self.compile_graphs:
-            started = time.perf_counter()
-            network.compile(*inputs)
-            seconds = time.perf_counter() - started
-            release_free_heap()  # the compiler's garbage, before the step allocates
+        seconds = compile_graph(network, inputs) if self.compile_graphs else 0.0
         self.compiled[key] = seconds
         log.info(
-            "training graph for %dx%d compiled in %.1f s (step %d; %d size%s, %.1f s in all)",
+            "training graph for %dx%d%s compiled in %.1f s (step %d; %d graph%s, %.1f s in all)",
             size[0],
             size[1],
+            "" if rows is None else f", {rows} target rows",
             seconds,
             step + 1,
             len(self.compiled),

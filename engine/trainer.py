@@ -20,6 +20,7 @@ from mindspore import nn
 from mindspore.train import LossMonitor, Model, TimeMonitor
 from omegaconf import OmegaConf
 
+from data.buckets import check_graph_count, target_buckets
 from data.build import build_sources
 from data.check import summarise_annotations
 from data.pipeline import build_train_dataset, check_data_config
@@ -50,7 +51,14 @@ from engine.checkpoint import (
 from engine.compiler import collect_compile_failure, enable_compile_cache, training_graph_key
 from engine.device import float_status_ops
 from engine.evaluation import TrainingEvaluation
-from engine.multiscale import DEFAULT_INTERVAL, MultiScaleResize, MultiScaleSchedule, sink_steps
+from engine.multiscale import (
+    DEFAULT_INTERVAL,
+    MultiScaleResize,
+    MultiScaleSchedule,
+    all_sizes,
+    compile_cache_enabled,
+    sink_steps,
+)
 from engine.optim import build_optimizer, scaled_lr, yolox_lr_schedule
 from engine.run_record import RESULTS_CSV, RESULTS_PNG, read_results
 from engine.runtime import Runtime
@@ -109,6 +117,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     )
     resume = _resume(train_step, resume_path, plan, rt) if resume_path else None
     start_epoch = resume.epoch if resume else 0
+    buckets = _target_buckets(cfg, rt)
 
     dataset = build_train_dataset(
         cfg.data,
@@ -120,6 +129,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         rt.rank,
         rt.world_size,
         start_epoch,
+        buckets,
     )
     if plan.calls_per_epoch < plan.batches_per_epoch:
         # An epoch ends with whole windows (train.max_steps_per_epoch, train.accumulate):
@@ -156,6 +166,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         evaluation=evaluation,
         steps_per_sink=steps_per_sink,
         meta=_checkpoint_meta(cfg, train_src, freeze_level),
+        buckets=buckets,
     )
     _log_plan(cfg, rt, plan)
 
@@ -435,6 +446,38 @@ def optimizer_steps_per_epoch(
     return steps
 
 
+def _target_buckets(cfg: Any, rt: Runtime) -> tuple[int, ...]:
+    """``data.target_buckets`` checked against the run (``data.buckets``), logged; ``()``
+    when off. A data sink feeds one shape, so sinking and buckets exclude each other."""
+    buckets = target_buckets(cfg.data)
+    if len(buckets) == 1:
+        return ()
+    if rt.sink_effective:
+        raise ValueError(
+            f"data.target_buckets={list(buckets[:-1])} needs runtime.sink=false: a data sink "
+            "feeds the graph one input shape, and each bucket is a shape of its own"
+        )
+    ms_range = _multiscale(cfg.train)[0]
+    sizes = 1 if ms_range == 0 else len(all_sizes(check_data_config(cfg.data), ms_range))
+    graphs = check_graph_count(sizes, buckets)
+    log.info(
+        "data.target_buckets: each batch padded to %s target rows, whichever first holds "
+        "its fullest image (%d training graph%s)",
+        "/".join(str(b) for b in buckets),
+        graphs,
+        "" if graphs == 1 else "s",
+    )
+    return buckets
+
+
+def _compile_all_first(rt: Runtime, buckets: tuple[int, ...]) -> bool:
+    """Compile every graph before the first step: the persistent compile cache finds graphs
+    by compile order, and with target buckets on several ranks none may wait in a
+    collective while another compiles the graph its own batch needs (ranks draw the same
+    multi-scale size, but each its own bucket)."""
+    return compile_cache_enabled() or (rt.distributed and len(buckets) > 1)
+
+
 def _multiscale(tcfg: Any) -> tuple[int, int]:
     """(train.multiscale_range, train.multiscale_interval); range 0 is off."""
     ms_range = int(tcfg.get("multiscale_range") or 0)
@@ -487,6 +530,7 @@ def _build_callbacks(
     evaluation: TrainingEvaluation,
     steps_per_sink: int,
     meta: dict,
+    buckets: tuple[int, ...] = (),
 ) -> list:
     """The run's callbacks, in phase order (``engine.callbacks.ordered``).
 
@@ -508,10 +552,12 @@ def _build_callbacks(
                 interval * k,
                 steps_per_call=calls_per_sink if rt.sink_effective else 1,
                 compile_graphs=rt.mode == "graph",
+                compile_all_first=_compile_all_first(rt, buckets),
+                buckets=buckets,
             )
         )
     elif rt.mode == "graph" and not rt.sink_effective:  # a sunk graph compiles with its queue
-        cbs.append(CompileTrainingGraph())
+        cbs.append(CompileTrainingGraph(buckets, _compile_all_first(rt, buckets)))
     cbs += [
         NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
         StepStats(

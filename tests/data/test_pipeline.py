@@ -22,10 +22,10 @@ from data.pipeline import (
 )
 from data.synthetic import ANN_FILES, generate_shapes
 from data.transforms import PAD_VALUE, filter_boxes, letterbox
+from tests.data.conftest import NUM_TRAIN, NUM_VAL
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data", "shapes.yaml")
 SIZE = (128, 160)
-NUM_TRAIN, NUM_VAL = 24, 6
 
 
 def make_cfg(root: str, **overrides) -> DictConfig:
@@ -60,23 +60,6 @@ def chw(img: np.ndarray) -> np.ndarray:
 def epochs_of(dataset, num_epochs: int) -> list[list[tuple[np.ndarray, ...]]]:
     iterator = dataset.create_tuple_iterator(num_epochs=num_epochs, output_numpy=True)
     return [[tuple(batch) for batch in iterator] for _ in range(num_epochs)]
-
-
-@pytest.fixture(scope="module")
-def shapes_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("shapes"))
-    generate_shapes(root, NUM_TRAIN, NUM_VAL, seed=0)
-    return root
-
-
-@pytest.fixture(scope="module")
-def train_source(shapes_root) -> CocoSource:
-    return CocoSource(shapes_root, ANN_FILES["train"], "train")
-
-
-@pytest.fixture(scope="module")
-def val_source(shapes_root) -> CocoSource:
-    return CocoSource(shapes_root, ANN_FILES["val"], "val")
 
 
 def corrupted_copy(tmp_path, position: int) -> CocoSource:

@@ -211,3 +211,19 @@ def test_resume_with_more_epochs_extends_the_schedule(tmp_path, cache_dir):
     assert rows[2]["lr"] == pytest.approx(float(new[-1]), rel=1e-6)
     log = Path(run / "train.log").read_text()
     assert "after epoch 1 of 3 (best mAP" in log and f"at step {steps} with lr" in log
+
+
+def test_target_buckets_train_to_the_same_weights(tmp_path, cache_dir, straight):
+    """data.target_buckets only drops padding rows: the same run, batches trimmed to the
+    rows of their buckets (graphs of several shapes), ends with the straight run's weights
+    to the last bit. The compile cache is on, so every bucket compiles before the first step."""
+    run_dir = tmp_path / "buckets"
+    out = run_entry("train.py", run_dir, cache_dir, *RESUME, "data.target_buckets=[8,16]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = Path(run_dir / "train.log").read_text()
+    compiled = re.findall(r"training graph for (\d+) target rows compiled", log)
+    assert compiled == ["8", "16", "50"]  # in bucket order, before the first step
+    steps = dict(re.findall(r"(\d+) rows: (\d+)", log.split("steps per bucket:")[-1]))
+    assert sum(map(int, steps.values())) == 3 * 12
+    assert sum(1 for n in steps.values() if int(n) > 0) >= 2  # batches of several shapes
+    assert_same_weights(final_weights(run_dir), straight)

@@ -153,3 +153,37 @@ def test_overflowing_box_logits_at_background_anchors_keep_loss_and_gradients_fi
     # Only the objectness/class terms reach a background anchor: its box gradient is 0.
     np.testing.assert_array_equal(grad.asnumpy()[far][:, :4], 0.0)
     np.testing.assert_allclose(grad.asnumpy(), base_grad.asnumpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("counts", [[3, 7, 1, 12], [0, 4, 0, 2]])
+def test_a_batch_trimmed_to_its_target_bucket_has_the_same_loss_and_gradient(counts):
+    """data.target_buckets drops padding rows only: every loss term, the foreground count
+    and the gradient of the head's outputs are those of the fully padded batch."""
+    from data.buckets import TrimToBucket
+
+    rng = np.random.default_rng(7)
+    grids, strides = anchor_grid(IMG)
+    raw = random_raw_outputs(rng, len(counts), len(strides), C)
+    targets, mask = random_targets(rng, counts, IMG, C, M)
+    cut_targets, cut_mask = TrimToBucket((4, 16, M))(targets, mask)
+    assert cut_targets.shape[1] == (16 if max(counts) > 4 else 4) < M
+
+    loss = YOLOXLoss(C)
+    loss.use_l1.set_data(ms.Tensor(1.0, ms.float32))
+    anchors = ms.Tensor(grids), ms.Tensor(strides)
+
+    def total(r, t, m):
+        return loss(r, *anchors, t, m)[0]
+
+    grad = ms.value_and_grad(total)
+
+    def run(t, m):
+        out = loss(ms.Tensor(raw), *anchors, ms.Tensor(t), ms.Tensor(m))
+        _, g = grad(ms.Tensor(raw), ms.Tensor(t), ms.Tensor(m))
+        return [float(v.asnumpy()) for v in out], g.asnumpy()
+
+    (full, full_grad), (cut, cut_grad) = run(targets, mask), run(cut_targets, cut_mask)
+    assert full[5] > 0 and full[0] > full[2] > 0  # foreground found, more than objectness
+    assert cut == full  # every term, to the bit
+    assert np.abs(full_grad).max() > 0
+    np.testing.assert_array_equal(cut_grad, full_grad)

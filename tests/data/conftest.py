@@ -1,0 +1,28 @@
+"""A tiny generated shapes set shared by the pipeline tests (tests/data/test_pipeline.py
+holds their config helpers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from data.coco import CocoSource
+from data.synthetic import ANN_FILES, generate_shapes
+
+NUM_TRAIN, NUM_VAL = 24, 6
+
+
+@pytest.fixture(scope="module")
+def shapes_root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("shapes"))
+    generate_shapes(root, NUM_TRAIN, NUM_VAL, seed=0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def train_source(shapes_root) -> CocoSource:
+    return CocoSource(shapes_root, ANN_FILES["train"], "train")
+
+
+@pytest.fixture(scope="module")
+def val_source(shapes_root) -> CocoSource:
+    return CocoSource(shapes_root, ANN_FILES["val"], "val")
