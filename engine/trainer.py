@@ -462,10 +462,10 @@ def _target_buckets(cfg: Any, rt: Runtime) -> tuple[int, ...]:
     graphs = check_graph_count(sizes, buckets)
     log.info(
         "data.target_buckets: each batch padded to %s target rows, whichever first holds "
-        "its fullest image (%d training graph%s)",
+        "its fullest image (up to %d training graphs, %s)",
         "/".join(str(b) for b in buckets),
         graphs,
-        "" if graphs == 1 else "s",
+        "all compiled first" if _compile_all_first(rt, buckets) else "each compiled on first use",
     )
     return buckets
 

@@ -33,3 +33,38 @@ def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
     assert check_class_count(OmegaConf.create({"num_classes": 3}), source) == 3
     with pytest.raises(ValueError, match=r"model.num_classes=80 but the dataset .* has 3 classes"):
         check_class_count(OmegaConf.create({"num_classes": 80}), source)
+
+
+def test_target_buckets_are_checked_against_the_run():
+    """data.target_buckets: off by default, refused with real data sinking (one shape per
+    sink), bounded with multi-scale, compiled first where ranks could wait on each other."""
+    from omegaconf import OmegaConf
+
+    from engine.runtime import Runtime
+    from engine.trainer import _compile_all_first, _target_buckets
+
+    def config(buckets, ms_range=0):
+        return OmegaConf.create(
+            {
+                "data": {"max_objects": 120, "target_buckets": buckets, "img_size": [640, 640],
+                         "layout": "bgr255"},
+                "train": {"multiscale_range": ms_range},
+            }
+        )  # fmt: skip
+
+    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
+    assert _target_buckets(config([]), cpu) == ()
+    assert _target_buckets(config([32, 64], ms_range=5), cpu) == (32, 64, 120)  # 33 graphs
+    with pytest.raises(ValueError, match="train.multiscale_range.*data.target_buckets"):
+        _target_buckets(config([8, 16, 32, 48, 64, 96], ms_range=5), cpu)  # 77 graphs
+    ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
+    with pytest.raises(
+        ValueError, match=r"data.target_buckets=\[32, 64\] needs runtime.sink=false"
+    ):
+        _target_buckets(config([32, 64]), ascend)
+    eight = Runtime(
+        device="Ascend", mode="graph", amp_level="O2", sink=False, sink_size=-1, world_size=8
+    )
+    assert _target_buckets(config([32, 64]), eight) == (32, 64, 120)
+    assert _compile_all_first(eight, (32, 64, 120)) and not _compile_all_first(eight, ())
+    assert not _compile_all_first(cpu, (32, 64, 120))
