@@ -204,3 +204,32 @@ def test_trainer_reads_and_checks_the_keys():
     assert _sink_plan(ascend, 1848, (0, 10)) == (1848, 1)  # off: one sink per epoch
     cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
     assert _sink_plan(cpu, 1848, (5, 10)) == (1848, 1)  # no real sinking on CPU
+
+
+def test_with_target_buckets_each_size_has_a_graph_per_bucket(monkeypatch):
+    """Sizes x buckets graphs: compiled first in (size, bucket) order when asked (the
+    compile cache's order), each once, and a step finds its own compiled."""
+    import engine.graphs
+    from engine.multiscale import MultiScaleSchedule
+    from tests.engine.test_callbacks import RecordingNetwork, RunContext, training_batch
+
+    monkeypatch.setattr(engine.graphs, "release_free_heap", lambda: None)
+
+    class Network(RecordingNetwork):
+        phase = "train"
+
+        def compile(self, *inputs):
+            self.compiled.append((self.phase, inputs[1].shape[1]))
+
+    base = (96, 128)
+    resize = MultiScaleResize(nn.Cell(), base)
+    schedule = MultiScaleSchedule(
+        resize, 1, 0, steps_per_sink=30, interval=1, compile_all_first=True, buckets=(8, 50)
+    )
+    net = Network()
+    for rows in (8, 50, 8):
+        ctx = RunContext(train_network=net, train_dataset_element=training_batch(rows))
+        schedule.on_train_step_begin(ctx)
+    phases = [f"train.{h}x{w}" for h, w in all_sizes(base, 1)]
+    assert net.compiled == [(p, rows) for p in phases for rows in (8, 50)]
+    assert len(schedule.compiled) == 6
