@@ -9,8 +9,8 @@ Trailing key=value arguments are Hydra overrides of configs/config.yaml. Reports
 first-step time (graph compilation included), the median step time after warm-up,
 images/s and peak RSS; ``--infer`` measures inference + NMS instead. ``--alternate KEY=A,B``
 runs the same benchmark in fresh processes with each value of one override, one after the
-other for ``--rounds`` rounds (machine noise hits every value alike), and reports each
-value's median step. The last line is ``RESULT {json}``.
+other for ``--rounds`` rounds, every other round in reverse order (machine noise and drift
+hit every value alike), and reports each value's median step. The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -154,7 +154,9 @@ def alternate(args, argv: list[str]) -> dict:
     print_header(f"msdet training step, alternating {key}")
     runs: dict[str, list[dict]] = {v: [] for v in choices}
     for r in range(args.rounds):
-        for value in choices:
+        # Every other round in reverse: on this shared machine the first run of a round was
+        # measured faster whichever value it had (BENCHMARKS.md, "Target-count buckets").
+        for value in choices if r % 2 == 0 else choices[::-1]:
             cmd = [sys.executable, "-m", "bench.train_step", *rest, f"{key}={value}"]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
