@@ -5,8 +5,8 @@
 
 Each round runs, in fresh processes, the original's training step, msdet's, then both
 inference benchmarks (forward + NMS/postprocess), alternating so that machine noise hits
-both sides alike. Reports the median of each side over the rounds, peak RSS, and ratios
-(> 1: msdet is faster / leaner). Same model size, batch, image size and number of targets
+both sides alike; every other round each pair runs msdet's side first. Reports the median
+of each side over the rounds, peak RSS, and ratios (> 1: msdet is faster / leaner). Same model size, batch, image size and number of targets
 on both sides; msdet pads targets to ``--max-objects`` (its static shapes), the original
 loops over the real ones. The last line is ``RESULT {json}``.
 """
@@ -104,13 +104,16 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_infer": [],
         "ms_infer": [],
     }
+    pairs = [
+        [("torch_train", torch_train), ("ms_train", ms_train)],
+        [("torch_infer", torch_infer), ("ms_infer", ms_infer)],
+    ]
     for r in range(args.rounds):
-        for key, cmd in (
-            ("torch_train", torch_train),
-            ("ms_train", ms_train),
-            ("torch_infer", torch_infer),
-            ("ms_infer", ms_infer),
-        ):
+        # Each pair in reverse every other round: on a shared machine the first run of a
+        # pair was measured faster whichever side it was (BENCHMARKS.md, "Target-count
+        # buckets"), which would favour the side that always went first.
+        order = [entry for pair in pairs for entry in (pair if r % 2 == 0 else pair[::-1])]
+        for key, cmd in order:
             res = run(cmd)
             runs[key].append(res)
             print(
