@@ -28,7 +28,11 @@ from bench.common import median, print_header, print_result, read_result, train_
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def one_variant(fusion: str, steps: int, overrides: list[str]) -> dict:
+def one_variant(
+    fusion: str, steps: int, overrides: list[str], update_file: str | None = None
+) -> dict:
+    """One variant in this process. ``update_file``: where to save the first step's update
+    of the trainable weights (after minus before, float64, all parameters in one vector)."""
     from hydra import compose, initialize_config_dir
 
     from bench.common import CONFIG_DIR, synthetic_batch
@@ -66,11 +70,21 @@ def one_variant(fusion: str, steps: int, overrides: list[str]) -> dict:
     )
     arrays = synthetic_batch(batch, size, 80, max_objects, min(5, max_objects))
     images, targets, mask = (ms.Tensor(a) for a in arrays)
+    import numpy as np
+
+    def weights() -> np.ndarray:
+        return np.concatenate(
+            [p.asnumpy().astype(np.float64).ravel() for p in net.trainable_params()]
+        )
+
+    before = weights() if update_file else None
     losses, times = [], []
-    for _ in range(steps + 1):
+    for i in range(steps + 1):
         started = time.perf_counter()
         losses.append(float(step(images, targets, mask)[0].asnumpy()))
         times.append(time.perf_counter() - started)
+        if i == 0 and update_file:
+            np.save(update_file, weights() - before)
     return {
         "fusion": fusion,
         "flags": os.environ.get("MS_DEV_GRAPH_KERNEL_FLAGS"),
@@ -86,9 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--variants", default="off,safe,all")
     parser.add_argument("--only", help=argparse.SUPPRESS)  # one variant, in this process
+    parser.add_argument("--update-file", help=argparse.SUPPRESS)  # with --only: see one_variant
     args, overrides = parser.parse_known_args(argv)
     if args.only:
-        result = one_variant(args.only, args.steps, overrides)
+        result = one_variant(args.only, args.steps, overrides, args.update_file)
         print_result(result)
         return result
     print_header("graph kernel fusion: off / safe / all")
