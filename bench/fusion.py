@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from bench.common import median, print_header, print_result, read_result, train_py_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +72,6 @@ def one_variant(
     )
     arrays = synthetic_batch(batch, size, 80, max_objects, min(5, max_objects))
     images, targets, mask = (ms.Tensor(a) for a in arrays)
-    import numpy as np
 
     def weights() -> np.ndarray:
         return np.concatenate(

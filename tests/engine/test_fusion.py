@@ -1,4 +1,4 @@
-"""runtime.fusion: graph kernel fusion settings, and losses equal to the unfused graph's."""
+"""runtime.fusion: graph kernel fusion settings, and the unfused graph's loss and update."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ FIRST_LOSS_RTOL = 1e-6  # ~8 float32 ulps; fusing Log/Exp/Sqrt (``all``) moved i
 # on the Intel Xeon (AVX-512), 1.1e-6 at 128 px. The losses after that update are no check:
 # SimOTA's assignment is discrete (and the cost of a candidate outside the centre region
 # carries a 1e5 penalty, beside which float32 resolves the rest of it to 1/128 only, so
-# near-ties are common): a rounding difference in the weights can change the assignment. The step-2 loss of safe moved by
-# 3.4e-6 on the Xeon, by 2.1e-3 on a CI machine where the same check passed everywhere before.
+# near-ties are common): a rounding difference in the weights can change the assignment.
+# The step-2 loss of safe moved by 3.4e-6 on the Xeon, by 2.1e-3 on a CI machine.
 # oneDNN capped at SSE4.1 or AVX-512 instead of AVX2 (a change of rounding only, in the
 # convolutions) moves the update itself by 1.0e-3 / 1.8e-3 at 64 px (1.4e-4 / 2.2e-4 at
 # 128 px): the bound is that spread, measured in the test beside it, or 1e-4 where it is less.
@@ -74,7 +74,7 @@ UPDATE_RTOL_FLOOR = 1e-4
 
 
 @pytest.mark.slow
-def test_safe_fusion_keeps_the_unfused_losses(tmp_path):
+def test_safe_fusion_keeps_the_unfused_loss_and_update(tmp_path):
     """``safe`` computes what the unfused graph computes: the first loss equal within float32
     rounding (this check tells ``safe`` from ``all``), and the first update of the weights no
     further from the unfused one than a pure change of rounding moves it: the unfused graph
