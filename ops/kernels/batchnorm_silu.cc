@@ -5,7 +5,7 @@
 // Sigmoid + Mul and its gradient as five element-wise operators, and its BatchNormGrad is
 // ~3x slower than PyTorch's (profile in BENCHMARKS.md). Here the forward reads the
 // convolution's output three times (mean, variance, normalise + activate) and the backward
-// reads it and the incoming gradient twice, recomputing the pre-activation instead of
+// reads it twice and the incoming gradient once, recomputing the pre-activation instead of
 // storing it; no intermediate tensor is kept for the backward pass.
 //
 // Semantics are MindSpore's nn.BatchNorm2d (training mode: batch statistics, biased
@@ -31,8 +31,20 @@ namespace {
 // x = n * ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact product), e^r by its
 // degree-7 Taylor polynomial (truncation < 1.3e-8 relative), 2^n put into the exponent bits.
 // Rounding to nearest uses the 1.5 * 2^23 trick, which needs no library call.
+//
+// x is clamped to [-87, 89]: e^-87 is still a normal float, and from x = 88.38 on n is 128,
+// whose exponent bits are +inf's, so the result is +inf (float's own overflow is at 88.72).
+// Why not clamp at 88: then sigmoid() of very negative inputs is 1 / (1 + e^88) = 6e-39, a
+// subnormal, and GCC compiles `z * sigmoid(z)` with the clamped branches folded to constants
+// and multiplied into every lane before a blend: each vector of ordinary inputs then
+// multiplied by that subnormal, which Intel CPUs handle in microcode. It made this file's
+// forward and evaluation kernels 6x slower on an Intel Xeon (AMD's Zen handles subnormals
+// in hardware). With +inf the folded constant is sigmoid = 0, and no lane ever sees a
+// subnormal on ordinary inputs (tests/ops/test_batchnorm_silu.py checks the FP flags).
+// MindSpore's graph-mode threads flush subnormals to zero (FTZ and DAZ set in MXCSR), so
+// in a training step this cost showed only in PyNative mode and in callers outside MindSpore.
 inline float exp_f32(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  x = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
   float p = 1.0f / 5040.0f;
@@ -116,6 +128,8 @@ void forward(const float *x, const float *gamma, const float *beta, const float 
 // With z = scale * x + shift the BatchNorm output and g = dy * silu'(z):
 //   dbeta = sum g, dgamma = sum g * xhat, xhat = (x - mean) * invstd,
 //   dx = scale / M * (M * g - dbeta - xhat * dgamma), M = N * H * W.
+// The first pass stores g in dx and the second finishes dx in place, so silu'(z) (an exp
+// and a division) is computed once per element, not once per pass.
 void backward(const float *x, const float *gamma, const float *beta, float eps, const float *mean,
               const float *var, const float *dy, float *dx, float *dgamma, float *dbeta,
               const Dims &d) {
@@ -130,10 +144,12 @@ void backward(const float *x, const float *gamma, const float *beta, float eps, 
     for (int64_t img = 0; img < d.n; ++img) {
       const float *xp = d.plane(x, img, ch);
       const float *dyp = d.plane(dy, img, ch);
+      float *gp = d.plane(dx, img, ch);
       float s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
       for (int64_t k = 0; k < d.hw; ++k) {
         const float g = dyp[k] * silu_slope(scale * xp[k] + shift);
+        gp[k] = g;
         s1 += g;
         s2 += g * (xp[k] - mu);
       }
@@ -148,12 +164,10 @@ void backward(const float *x, const float *gamma, const float *beta, float eps, 
     const float k_x = dg * invstd;  // xhat * dgamma = (x - mean) * k_x
     for (int64_t img = 0; img < d.n; ++img) {
       const float *xp = d.plane(x, img, ch);
-      const float *dyp = d.plane(dy, img, ch);
       float *dxp = d.plane(dx, img, ch);
 #pragma omp simd
       for (int64_t k = 0; k < d.hw; ++k) {
-        const float g = dyp[k] * silu_slope(scale * xp[k] + shift);
-        dxp[k] = k_out * (count * g - db - (xp[k] - mu) * k_x);
+        dxp[k] = k_out * (count * dxp[k] - db - (xp[k] - mu) * k_x);
       }
     }
   }

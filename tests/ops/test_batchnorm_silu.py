@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
+import subprocess
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -54,15 +59,25 @@ class Grads(nn.Cell):
         return self.net(x), dx[0], dgamma, dbeta
 
 
-def _run_both(library: str, shape: tuple, seed: int = 0) -> tuple[list, list, list, list]:
+def _inputs(shape: tuple, seed: int, gamma_scale: float = 1.0) -> tuple[np.ndarray, ...]:
+    """x, gamma, beta, dy."""
     n, c, h, w = shape
     rng = np.random.default_rng(seed)
     # channels with different scales and offsets, as a convolution's output has
     x = rng.standard_normal(shape).astype(np.float32) * rng.uniform(0.2, 5, (1, c, 1, 1))
-    x = ms.Tensor((x + rng.uniform(-3, 3, (1, c, 1, 1))).astype(np.float32))
-    gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    x = (x + rng.uniform(-3, 3, (1, c, 1, 1))).astype(np.float32)
+    gamma = (rng.uniform(0.5, 1.5, c) * gamma_scale).astype(np.float32)
     beta = rng.uniform(-1, 1, c).astype(np.float32)
-    dy = ms.Tensor(rng.standard_normal(shape).astype(np.float32))
+    dy = rng.standard_normal(shape).astype(np.float32)
+    return x, gamma, beta, dy
+
+
+def _run_both(
+    library: str, shape: tuple, seed: int = 0, gamma_scale: float = 1.0
+) -> tuple[list, list, list, list]:
+    c = shape[1]
+    x, gamma, beta, dy = _inputs(shape, seed, gamma_scale)
+    x, dy = ms.Tensor(x), ms.Tensor(dy)
     results, stats = [], []
     for net in (Native(c), Fused(c, library)):
         net.bn.gamma.set_data(ms.Tensor(gamma))
@@ -108,6 +123,41 @@ def test_matches_in_pynative_mode(library):
         ms.set_context(mode=previous)
     for r, g in zip(ref + ref_stats, got + got_stats):
         _close(g, r, 2e-5, "pynative")  # measured <= 9.7e-7 under every CPU variant
+
+
+def test_saturated_activations_match(library, graph_mode):
+    # gamma ~ 60: pre-activations beyond both ends of the kernel's exp clamp ([-87, 89],
+    # kernels/batchnorm_silu.cc), where silu(z) is z or 0 to float precision
+    shape, seed, gamma_scale = (2, 4, 10, 10), 6, 60.0
+    x, gamma, beta, _ = _inputs(shape, seed, gamma_scale)
+    mean, var = x.mean((0, 2, 3), keepdims=True), x.var((0, 2, 3), keepdims=True)
+    z = gamma[:, None, None] * (x - mean) / np.sqrt(var + BN_EPS) + beta[:, None, None]
+    assert (z < -89).sum() > 20 and (z > 89).sum() > 20, "the inputs do not reach the clamp"
+    ref, got, _, _ = _run_both(library, shape, seed, gamma_scale)
+    for r, g, what in zip(ref, got, ("y", "dx", "dgamma", "dbeta")):
+        _close(g, r, 2e-5, what)
+
+
+def test_ordinary_inputs_raise_no_subnormal(tmp_path):
+    """No subnormal operand or result in any of the three kernels: Intel CPUs handle each in
+    microcode, and one subnormal constant multiplied into every vector once made the forward
+    and evaluation kernels 6x slower on an Intel Xeon (the FP flags say it on any x86)."""
+    compiler = os.environ.get(cpu_kernels.COMPILER_VAR) or "g++"
+    if platform.machine().lower() not in ("x86_64", "amd64") or not shutil.which(compiler):
+        pytest.skip("needs an x86 CPU (its MXCSR flags) and a C++ compiler")
+    flags = [f for f in cpu_kernels.CXX_FLAGS if f not in ("-shared", "-fPIC")]
+    harness = os.path.join(os.path.dirname(__file__), "batchnorm_silu_fp_flags.cc")
+    binary = str(tmp_path / "fp_flags")
+    subprocess.run(
+        [compiler, *flags, "-I", cpu_kernels.KERNEL_DIR, harness, "-o", binary],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    lines = subprocess.run([binary], check=True, capture_output=True, text=True).stdout
+    raised = {k: (int(de), int(uf)) for k, de, uf in (ln.split() for ln in lines.splitlines())}
+    assert sorted(raised) == ["backward", "evaluation", "forward"], lines
+    assert raised == {k: (0, 0) for k in raised}, f"(denormal operand, underflow): {raised}"
 
 
 def test_thread_count_does_not_change_results(library, graph_mode):
