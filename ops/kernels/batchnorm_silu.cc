@@ -41,8 +41,8 @@ namespace {
 // forward and evaluation kernels 6x slower on an Intel Xeon (AMD's Zen handles subnormals
 // in hardware). With +inf the folded constant is sigmoid = 0, and no lane ever sees a
 // subnormal on ordinary inputs (tests/ops/test_batchnorm_silu.py checks the FP flags).
-// MindSpore's graph-mode threads flush subnormals to zero (FTZ and DAZ set in MXCSR), so
-// in a training step this cost showed only in PyNative mode and in callers outside MindSpore.
+// In msdet's graph-mode training step the old forward showed no such cost (subnormals were
+// flushed there); kernel_choice's benchmark and callers outside MindSpore paid it in full.
 inline float exp_f32(float x) {
   x = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
