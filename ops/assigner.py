@@ -17,6 +17,10 @@ with masks where the original selects:
 
 Non-candidates and padded ground truths get an infinite-like cost and zero IoU, which
 removes them from every step exactly as the original's indexing does.
+
+Steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two penalties) run on
+one compiled operator when ``ops.cpu_kernels`` has a library enabled for ``"assigner"``
+(``kernels/simota_pairs.cc``: the same bits, in one pass instead of ~60 operators).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from ops.boxes import pairwise_iou_cxcywh
+from ops.cpu_kernels import custom_kernel_library
 
 RULES = ("yolox-0.3.0", "yolox-latest")
 DEFAULT_RADIUS = {"yolox-0.3.0": 2.5, "yolox-latest": 1.5}
@@ -37,6 +42,9 @@ TOPK_CANDIDATES = 10
 LOG_CLAMP = -100.0  # torch.nn.functional.binary_cross_entropy clamps log() at -100
 # The smallest normal float32: the log of anything at least this large is finite everywhere.
 TINY = float(np.finfo(np.float32).tiny)
+# SimOTAAssigner(library=...): ask ops.cpu_kernels (the default), or say which library
+# (None: MindSpore's operators), as ops.kernel_choice does to compare the two.
+FROM_RUNTIME = "runtime"
 
 
 def _clamped_log(x: ms.Tensor) -> ms.Tensor:
@@ -57,7 +65,11 @@ class SimOTAAssigner(nn.Cell):
     """Batched SimOTA; see the module docstring for the rule it implements."""
 
     def __init__(
-        self, num_classes: int, rule: str = "yolox-0.3.0", center_radius: float | None = None
+        self,
+        num_classes: int,
+        rule: str = "yolox-0.3.0",
+        center_radius: float | None = None,
+        library: str | None = FROM_RUNTIME,
     ):
         super().__init__()
         if rule not in RULES:
@@ -66,6 +78,12 @@ class SimOTAAssigner(nn.Cell):
         self.center_only = rule == "yolox-latest"
         self.radius = float(center_radius if center_radius is not None else DEFAULT_RADIUS[rule])
         self.penalty = GEOMETRY_PENALTY[rule]
+        if library == FROM_RUNTIME:
+            library = custom_kernel_library("assigner")
+        self.pairs_op = simota_pairs_op(library) if library else None
+        self.pairs_hyper = ms.Tensor(
+            [self.penalty, EXCLUDED_COST, float(self.center_only)], ms.float32
+        )
 
     def construct(
         self, pred_boxes, obj_logits, cls_logits, grids, strides, gt_boxes, gt_classes, gt_mask
@@ -99,25 +117,17 @@ class SimOTAAssigner(nn.Cell):
         valid = gt_mask.expand_dims(-1)  # [B, M, 1] float
         ones_m = ops.ones((b, 1, m), ms.float32)
 
-        # 1. Geometry: anchor centres against boxes and centre regions (float masks).
+        # 1. Geometry: anchor centres against boxes and centre regions (float masks);
+        # 2. cost. IoU of every ground truth with every prediction (0 off the candidates).
         centers = (grids + 0.5) * strides.expand_dims(-1)  # [A, 2]
-        cx = centers[:, 0].reshape(1, 1, -1)
-        cy = centers[:, 1].reshape(1, 1, -1)
-        gx, gy = gt_boxes[..., 0:1], gt_boxes[..., 1:2]
-        radius = strides.reshape(1, 1, -1) * self.radius
-        in_center = _inside(cx, cy, gx, gy, radius, radius) * valid
-        if self.center_only:
-            geometry_ok = in_center
-            candidate = ops.bmm(ones_m, in_center) > 0.5  # [B, 1, A]
+        if self.pairs_op is None:
+            ious, geometry_cost, excluded_cost = self._pairs(
+                centers, strides, gt_boxes, valid, pred_boxes, ones_m
+            )
         else:
-            hw, hh = gt_boxes[..., 2:3] * 0.5, gt_boxes[..., 3:4] * 0.5
-            in_box = _inside(cx, cy, gx, gy, hw, hh) * valid
-            geometry_ok = in_box * in_center
-            candidate = ops.bmm(ones_m, in_box + in_center) > 0.5
-        pair_ok = candidate.astype(ms.float32) * valid  # [B, M, A]
-
-        # 2. Cost. IoU of every ground truth with every prediction (0 off the candidates).
-        ious = pairwise_iou_cxcywh(gt_boxes, pred_boxes) * pair_ok
+            ious, geometry_cost, excluded_cost = self.pairs_op(
+                gt_boxes, gt_mask, pred_boxes, centers, strides * self.radius, self.pairs_hyper
+            )
         iou_cost = -ops.log(ious + 1e-8)
         # Class BCE summed over classes, against the one-hot ground truth:
         # sum_c -log(1 - p_c)  +  (-log p_g) - (-log(1 - p_g)) for the true class g.
@@ -128,8 +138,8 @@ class SimOTAAssigner(nn.Cell):
         cls_cost = neg_log_q.sum(-1).expand_dims(1) + ops.bmm(
             onehot, ops.transpose(neg_log_p - neg_log_q, (0, 2, 1))
         )
-        cost = cls_cost + 3.0 * iou_cost + self.penalty * (1.0 - geometry_ok)
-        cost = cost + EXCLUDED_COST * (1.0 - pair_ok)  # adds exactly 0 to the pairs kept
+        cost = cls_cost + 3.0 * iou_cost + geometry_cost
+        cost = cost + excluded_cost  # adds exactly 0 to the pairs kept
 
         # 3. Dynamic k and the k cheapest anchors per ground truth.
         top_ious, _ = ops.topk(ious, TOPK_CANDIDATES, dim=2)
@@ -149,6 +159,63 @@ class SimOTAAssigner(nn.Cell):
         matched_gt = ops.bmm(index_m, matching).reshape(b, a)
         matched_iou = ops.bmm(ones_m, matching * ious).reshape(b, a)
         return fg, matched_gt.astype(ms.int32), matched_iou, fg.sum()
+
+    def _pairs(self, centers, strides, gt_boxes, valid, pred_boxes, ones_m):
+        """Steps 1 and 2's pairwise terms on MindSpore's operators: (IoU [B, M, A], 0 off
+        the candidates; the geometry penalty; the exclusion cost), the values the compiled
+        operator gives."""
+        cx = centers[:, 0].reshape(1, 1, -1)
+        cy = centers[:, 1].reshape(1, 1, -1)
+        gx, gy = gt_boxes[..., 0:1], gt_boxes[..., 1:2]
+        radius = strides.reshape(1, 1, -1) * self.radius
+        in_center = _inside(cx, cy, gx, gy, radius, radius) * valid
+        if self.center_only:
+            geometry_ok = in_center
+            candidate = ops.bmm(ones_m, in_center) > 0.5  # [B, 1, A]
+        else:
+            hw, hh = gt_boxes[..., 2:3] * 0.5, gt_boxes[..., 3:4] * 0.5
+            in_box = _inside(cx, cy, gx, gy, hw, hh) * valid
+            geometry_ok = in_box * in_center
+            candidate = ops.bmm(ones_m, in_box + in_center) > 0.5
+        pair_ok = candidate.astype(ms.float32) * valid  # [B, M, A]
+        ious = pairwise_iou_cxcywh(gt_boxes, pred_boxes) * pair_ok
+        geometry_cost = self.penalty * (1.0 - geometry_ok)
+        return ious, geometry_cost, EXCLUDED_COST * (1.0 - pair_ok)
+
+
+def _pairs_shapes(gt_boxes, gt_mask, pred_boxes, *_):
+    shape = (gt_boxes[0], gt_boxes[1], pred_boxes[1])
+    return shape, shape, shape
+
+
+def _pairs_dtypes(gt_boxes, *_):
+    return gt_boxes, gt_boxes, gt_boxes
+
+
+def simota_pairs_op(library: str):
+    """``(gt_boxes [B, M, 4], gt_mask [B, M], pred_boxes [B, A, 4], centers [A, 2],
+    radius [A], hyper [3]) -> (ious, geometry_cost, excluded_cost)``, each [B, M, A]
+    (``kernels/simota_pairs.cc``). Its inputs are the assigner's, all outside the gradient:
+    the backward gives zeros."""
+
+    def bprop(gt_boxes, gt_mask, pred_boxes, centers, radius, hyper, out, dout):
+        zeros = ops.zeros_like
+        return (
+            zeros(gt_boxes),
+            zeros(gt_mask),
+            zeros(pred_boxes),
+            zeros(centers),
+            zeros(radius),
+            zeros(hyper),
+        )
+
+    return ops.Custom(
+        f"{library}:SimotaPairs",
+        out_shape=_pairs_shapes,
+        out_dtype=_pairs_dtypes,
+        func_type="aot",
+        bprop=bprop,
+    )
 
 
 def _inside(cx, cy, gx, gy, half_w, half_h):

@@ -56,11 +56,12 @@ CXX_FLAGS = (
 )
 
 # The operators the library provides, by the name models ask for, and what logs call them.
-KERNELS = ("depthwise", "batchnorm_silu", "upsample")
+KERNELS = ("depthwise", "batchnorm_silu", "upsample", "assigner")
 LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
     "upsample": "2x upsampling",
+    "assigner": "SimOTA's pairwise terms",
 }
 
 

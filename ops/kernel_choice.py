@@ -15,7 +15,9 @@ forward and backward in one graph, so MindSpore's own operators run between the 
 in the network. Four variants: MindSpore's operators only, with msdet's depthwise kernel,
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
-(forward and backward, the same batch and size): it shares no operator with the blocks.
+(forward and backward, the same batch and size): it shares no operator with the blocks;
+so is SimOTA's pairwise operator, on the assigner at the training step's shapes (batch 8,
+50 target rows, 2,100 anchors).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
@@ -46,6 +48,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 # The upsampling's two variants, decided apart from the blocks' (the same margin).
 UPSAMPLE_VARIANTS: dict[str, tuple[str, ...]] = {"tile": (), "upsample": ("upsample",)}
+# The assigner's two variants, likewise.
+ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
 # A variant replaces MindSpore's operators only when its median step is at least this much
 # faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
@@ -56,6 +60,9 @@ BATCH = 8
 BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
 # (channels, input side): the inputs of YOLOX-nano's two upsamplings (PAFPN) at 320 px.
 UPSAMPLES = ((128, 10), (64, 20))
+# The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
+# (strides 8, 16, 32), classes.
+ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
@@ -72,6 +79,13 @@ def choose_upsample(median_ms: Mapping[str, float], margin: float = MARGIN) -> t
     """``("upsample",)`` if the kernel beats reshape + ``Tile`` by ``margin``, else ``()``;
     ``median_ms`` maps each name of :data:`UPSAMPLE_VARIANTS` to its median time."""
     return _winner(UPSAMPLE_VARIANTS, median_ms, margin)
+
+
+def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("assigner",)`` if the assigner on the pairwise operator beats MindSpore's
+    operators by ``margin``, else ``()``; ``median_ms`` maps each name of
+    :data:`ASSIGNER_VARIANTS` to its median time."""
+    return _winner(ASSIGNER_VARIANTS, median_ms, margin)
 
 
 def _winner(
@@ -136,8 +150,12 @@ def decide(library: str, threads: int, mindspore_version: str) -> dict:
 
 def describe(record: Mapping[str, Any]) -> str:
     """One log line: what runs on which kernels, and the measured times."""
-    times = {**(record.get("median_ms") or {}), **(record.get("upsample_ms") or {})}
-    names = (*VARIANTS, *UPSAMPLE_VARIANTS)
+    times = {
+        **(record.get("median_ms") or {}),
+        **(record.get("upsample_ms") or {}),
+        **(record.get("assigner_ms") or {}),
+    }
+    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *ASSIGNER_VARIANTS)
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
@@ -224,11 +242,17 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         for name, kernels in UPSAMPLE_VARIANTS.items()
     }
     up_compile_s, upsample_ms = _time_alternating(up_steps, xs, rounds)
+    assign_steps = {
+        name: _assigner(library, kernels) for name, kernels in ASSIGNER_VARIANTS.items()
+    }
+    assign_compile_s, assigner_ms = _time_alternating(assign_steps, _assigner_inputs(rng), rounds)
+    chosen = choose(median_ms) + choose_upsample(upsample_ms) + choose_assigner(assigner_ms)
     return {
-        "kernels": list(choose(median_ms) + choose_upsample(upsample_ms)),
+        "kernels": list(chosen),
         "median_ms": median_ms,
         "upsample_ms": upsample_ms,
-        "first_call_s": {**compile_s, **up_compile_s},
+        "assigner_ms": assigner_ms,
+        "first_call_s": {**compile_s, **up_compile_s, **assign_compile_s},
         "threads": int(threads),
         "margin": MARGIN,
         "mindspore": ms.__version__,
@@ -294,6 +318,53 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
             return total
 
     return Net()
+
+
+def _assigner(library: str, kernels: Sequence[str]) -> Any:
+    """SimOTA's assigner (forward only: it runs outside the gradient), on the pairwise
+    operator if ``kernels`` has it."""
+    from ops.assigner import SimOTAAssigner
+
+    return SimOTAAssigner(ASSIGN_CLASSES, library=library if "assigner" in kernels else None)
+
+
+def _assigner_inputs(rng) -> tuple:
+    """The assigner's inputs at the training step's shapes: random predictions, a few real
+    boxes per image among padded rows."""
+    import mindspore as ms
+    import numpy as np
+
+    grids, strides = [], []
+    for stride in (8, 16, 32):
+        n = ASSIGN_SIDE // stride
+        ys, xs = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        grids.append(np.stack([xs.ravel(), ys.ravel()], -1))
+        strides.append(np.full(n * n, stride))
+    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    a = len(stride)
+    pred = np.concatenate(
+        [rng.uniform(0, ASSIGN_SIDE, (BATCH, a, 2)), np.exp(rng.uniform(1, 4, (BATCH, a, 2)))], -1
+    )
+    boxes = np.zeros((BATCH, ASSIGN_ROWS, 4))
+    boxes[:, :ASSIGN_REAL, :2] = rng.uniform(40, ASSIGN_SIDE - 40, (BATCH, ASSIGN_REAL, 2))
+    boxes[:, :ASSIGN_REAL, 2:] = rng.uniform(16, 80, (BATCH, ASSIGN_REAL, 2))
+    mask = np.zeros((BATCH, ASSIGN_ROWS))
+    mask[:, :ASSIGN_REAL] = 1.0
+    classes = rng.integers(0, ASSIGN_CLASSES, (BATCH, ASSIGN_ROWS))
+    f32 = np.float32
+    return tuple(
+        ms.Tensor(x)
+        for x in (
+            pred.astype(f32),
+            rng.standard_normal((BATCH, a)).astype(f32),
+            rng.standard_normal((BATCH, a, ASSIGN_CLASSES)).astype(f32),
+            grid.astype(f32),
+            stride.astype(f32),
+            boxes.astype(f32),
+            classes.astype(np.int32),
+            mask.astype(f32),
+        )
+    )
 
 
 def _blocks(library: str, kernels: Sequence[str], rng) -> Any:

@@ -9,11 +9,13 @@ import pytest
 from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
+    ASSIGNER_VARIANTS,
     UPSAMPLE_VARIANTS,
     VARIANTS,
     cached_choice,
     choice_path,
     choose,
+    choose_assigner,
     choose_upsample,
     decide,
     describe,
@@ -48,6 +50,14 @@ def test_the_upsampling_is_decided_against_tile_alone():
     assert choose_upsample({"tile": 15.0, "upsample": 29.1}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_upsample({"tile": 1.0})
+
+
+def test_the_assigner_is_decided_against_mindspores_operators_alone():
+    assert choose_assigner({"ops": 40.0, "assigner": 21.0}) == ("assigner",)
+    assert choose_assigner({"ops": 40.0, "assigner": 38.5}) == ()  # within the margin
+    assert choose_assigner({"ops": 21.0, "assigner": 40.0}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_assigner({"assigner": 1.0})
 
 
 def record(kernels, version="2.10.0", threads=2):
@@ -107,20 +117,30 @@ def test_describe_is_one_line_with_the_figures():
     line = describe(both)
     assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
     assert "tile 29 ms" in line and "upsample 15 ms" in line
-    every = describe({**both, "kernels": list(KERNELS)})
-    assert "depthwise convolutions, BatchNorm+SiLU and 2x upsampling on msdet's" in every
+    every = describe(
+        {**both, "assigner_ms": {"ops": 40.2, "assigner": 21.3}, "kernels": list(KERNELS)}
+    )
+    assert "BatchNorm+SiLU, 2x upsampling and SimOTA's pairwise terms on msdet's" in every
+    assert "ops 40 ms" in every and "assigner 21 ms" in every
 
 
 @pytest.mark.slow
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
-    decision the one :func:`choose` and :func:`choose_upsample` make from the times."""
+    decision the one :func:`choose`, :func:`choose_upsample` and :func:`choose_assigner` make
+    from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
     assert all(t > 0 for t in result["median_ms"].values())
     assert set(result["upsample_ms"]) == set(UPSAMPLE_VARIANTS)
     assert all(t > 0 for t in result["upsample_ms"].values())
-    expected = choose(result["median_ms"]) + choose_upsample(result["upsample_ms"])
+    assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
+    assert all(t > 0 for t in result["assigner_ms"].values())
+    expected = (
+        choose(result["median_ms"])
+        + choose_upsample(result["upsample_ms"])
+        + choose_assigner(result["assigner_ms"])
+    )
     assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
