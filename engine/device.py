@@ -221,32 +221,33 @@ def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
 ) -> tuple[str | None, tuple[str, ...]]:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, BatchNorm + SiLU, 2x upsampling) where they are faster, on CPU in fp32.
+    convolutions, BatchNorm + SiLU, 2x upsampling, SimOTA's pairwise terms) where they are
+    faster, on CPU in fp32.
 
-    MindSpore's CPU backend runs all three through slow paths (im2col + GEMM; seven
-    element-wise operators and a slow BatchNormGrad; a slow Tile and a ReduceSum), but
-    whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
-    EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on this
-    CPU at ``threads`` threads (measured once, cached with the library), ``msdet`` uses all
-    unmeasured (tests, benchmarks), ``native`` none. GPU, Ascend, mixed precision (the
-    kernels are float32) and a machine without a working compiler keep MindSpore's
-    operators. Logs the decision in one line.
+    MindSpore's CPU backend runs these through slow paths (im2col + GEMM; seven element-wise
+    operators and a slow BatchNormGrad; a slow Tile and a ReduceSum; some forty small
+    operators per pairwise term), but whether msdet's direct loops win depends on the CPU
+    (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
+    ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
+    once, cached with the library), ``msdet`` uses all unmeasured (tests, benchmarks),
+    ``native`` none, and kernel names joined by ``+`` (``depthwise+upsample``) exactly those
+    (ablations). GPU, Ascend, mixed precision (the kernels are float32) and a machine without
+    a working compiler keep MindSpore's operators. Logs the decision in one line.
     Returns (the kernel library's path or None, the kernels models use).
     """
-    if choice not in CPU_KERNELS:
-        raise ValueError(f"runtime.cpu_kernels must be one of {CPU_KERNELS}, got {choice!r}")
     from data.config import available_cores
     from ops import cpu_kernels
 
+    named = parse_cpu_kernels(choice)
     cpu_kernels.set_custom_kernel_library(None)
-    if choice == "native" or device != "CPU" or amp_level != "O0":
+    if named == () or device != "CPU" or amp_level != "O0":
         return None, ()
     threads = threads or available_cores()
     library = cpu_kernels.build_kernel_library()
     if library is None:
         return None, ()
-    if choice == "msdet":
-        kernels = cpu_kernels.KERNELS
+    if named is not None:
+        kernels = named
         log.info("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
     else:
         import mindspore as ms
@@ -260,6 +261,24 @@ def setup_cpu_kernels(
         return None, ()
     cpu_kernels.enable(threads, kernels=kernels)
     return library, kernels
+
+
+def parse_cpu_kernels(choice: str) -> tuple[str, ...] | None:
+    """The kernels ``runtime.cpu_kernels=choice`` names (all of them for ``msdet``, none for
+    ``native``, the listed ones for ``a+b``), or None for ``auto``; a clear error otherwise."""
+    from ops.cpu_kernels import KERNELS
+
+    choice = str(choice)
+    if choice in CPU_KERNELS:
+        return {"auto": None, "msdet": KERNELS, "native": ()}[choice]
+    names = tuple(choice.split("+"))
+    unknown = [name for name in names if name not in KERNELS]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(
+            f"runtime.cpu_kernels must be one of {CPU_KERNELS} or kernel names joined by '+' "
+            f"(each once, from {KERNELS}), got {choice!r}"
+        )
+    return tuple(name for name in KERNELS if name in names)
 
 
 def check_precision_mode(mode: str) -> str:

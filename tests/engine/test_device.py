@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -160,8 +161,25 @@ def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
         assert cpu_kernels.custom_kernel_library() is None
         with pytest.raises(ValueError, match="runtime.cpu_kernels"):
             device.setup_cpu_kernels("fast", "CPU")
+        # Named kernels, for ablations: exactly those, in KERNELS' order.
+        lib, kernels = device.setup_cpu_kernels("upsample+depthwise", "CPU")
+        assert kernels == ("depthwise", "upsample")
+        assert cpu_kernels.custom_kernel_library("upsample") == lib
+        assert cpu_kernels.custom_kernel_library("assigner") is None
     finally:
         cpu_kernels.set_custom_kernel_library(previous)
+
+
+def test_cpu_kernels_named_by_plus_are_checked():
+    assert device.parse_cpu_kernels("auto") is None
+    assert device.parse_cpu_kernels("native") == ()
+    assert device.parse_cpu_kernels("msdet") == cpu_kernels.KERNELS
+    assert device.parse_cpu_kernels("assigner+batchnorm_silu") == ("batchnorm_silu", "assigner")
+    for bad in ("depthwise+fast", "upsample+upsample", "depthwise+", "msdet+upsample"):
+        with pytest.raises(
+            ValueError, match=r"runtime.cpu_kernels .*joined by '\+'.*" + re.escape(bad)
+        ):
+            device.parse_cpu_kernels(bad)
 
 
 def kernel_record(kernels, version):
