@@ -221,8 +221,8 @@ def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
 ) -> tuple[str | None, tuple[str, ...]]:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, BatchNorm + SiLU, 2x upsampling, SimOTA's pairwise terms) where they are
-    faster, on CPU in fp32.
+    convolutions, BatchNorm + SiLU, 2x upsampling, SimOTA's pairwise terms and matching)
+    where they are faster, on CPU in fp32.
 
     MindSpore's CPU backend runs these through slow paths (im2col + GEMM; seven element-wise
     operators and a slow BatchNormGrad; a slow Tile and a ReduceSum; some forty small

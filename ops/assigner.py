@@ -18,9 +18,12 @@ with masks where the original selects:
 Non-candidates and padded ground truths get an infinite-like cost and zero IoU, which
 removes them from every step exactly as the original's indexing does.
 
-Steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two penalties) run on
-one compiled operator when ``ops.cpu_kernels`` has a library enabled for ``"assigner"``
-(``kernels/simota_pairs.cc``: the same bits, in one pass instead of ~60 operators).
+When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, two compiled operators
+do most of the work: steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two
+penalties; ``kernels/simota_pairs.cc``: the same bits, one pass instead of ~60 operators),
+and steps 3 and 4 (``kernels/simota_match.cc``: the same results, except that a tie of costs
+at the k-th place goes to the lower anchor index, where MindSpore's TopK orders ties its own
+way). The costs between them stay on MindSpore's operators (their logs are its ``Log``'s).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class SimOTAAssigner(nn.Cell):
         if library == FROM_RUNTIME:
             library = custom_kernel_library("assigner")
         self.pairs_op = simota_pairs_op(library) if library else None
+        self.match_op = simota_match_op(library) if library else None
         self.pairs_hyper = ms.Tensor(
             [self.penalty, EXCLUDED_COST, float(self.center_only)], ms.float32
         )
@@ -113,7 +117,6 @@ class SimOTAAssigner(nn.Cell):
         grids, strides = grids.astype(f32), strides.astype(f32)
         gt_boxes, gt_mask = gt_boxes.astype(f32), gt_mask.astype(f32)
         b, m = gt_mask.shape
-        a = pred_boxes.shape[1]
         valid = gt_mask.expand_dims(-1)  # [B, M, 1] float
         ones_m = ops.ones((b, 1, m), ms.float32)
 
@@ -141,6 +144,17 @@ class SimOTAAssigner(nn.Cell):
         cost = cls_cost + 3.0 * iou_cost + geometry_cost
         cost = cost + excluded_cost  # adds exactly 0 to the pairs kept
 
+        # 3. and 4. Dynamic k, each ground truth's k cheapest anchors, one per anchor.
+        if self.match_op is None:
+            fg, matched_gt, matched_iou = self._match(cost, ious, valid, ones_m)
+        else:
+            fg, matched_gt, matched_iou = self.match_op(cost, ious, gt_mask)
+        return fg, matched_gt.astype(ms.int32), matched_iou, fg.sum()
+
+    def _match(self, cost, ious, valid, ones_m):
+        """Steps 3 and 4 on MindSpore's operators: (fg [B, A] 1/0, matched_gt [B, A] as
+        float, matched_iou [B, A]), what the compiled matching operator gives."""
+        b, m, a = cost.shape
         # 3. Dynamic k and the k cheapest anchors per ground truth.
         top_ious, _ = ops.topk(ious, TOPK_CANDIDATES, dim=2)
         dynamic_k = ops.maximum(top_ious.sum(-1).astype(ms.int32), 1)  # trunc like .int()
@@ -158,7 +172,7 @@ class SimOTAAssigner(nn.Cell):
         index_m = ops.tile(ops.arange(m, dtype=ms.float32).reshape(1, 1, m), (b, 1, 1))
         matched_gt = ops.bmm(index_m, matching).reshape(b, a)
         matched_iou = ops.bmm(ones_m, matching * ious).reshape(b, a)
-        return fg, matched_gt.astype(ms.int32), matched_iou, fg.sum()
+        return fg, matched_gt, matched_iou
 
     def _pairs(self, centers, strides, gt_boxes, valid, pred_boxes, ones_m):
         """Steps 1 and 2's pairwise terms on MindSpore's operators: (IoU [B, M, A], 0 off
@@ -213,6 +227,32 @@ def simota_pairs_op(library: str):
         f"{library}:SimotaPairs",
         out_shape=_pairs_shapes,
         out_dtype=_pairs_dtypes,
+        func_type="aot",
+        bprop=bprop,
+    )
+
+
+def _match_shapes(cost, ious, gt_mask):
+    shape = (cost[0], cost[2])
+    return shape, shape, shape
+
+
+def _match_dtypes(cost, *_):
+    return cost, cost, cost
+
+
+def simota_match_op(library: str):
+    """``(cost [B, M, A], ious [B, M, A], gt_mask [B, M]) -> (fg, matched_gt, matched_iou)``,
+    each [B, A] float32 (``kernels/simota_match.cc``; matched_gt holds small integers).
+    Outside the gradient like the pairwise operator: the backward gives zeros."""
+
+    def bprop(cost, ious, gt_mask, out, dout):
+        return ops.zeros_like(cost), ops.zeros_like(ious), ops.zeros_like(gt_mask)
+
+    return ops.Custom(
+        f"{library}:SimotaMatch",
+        out_shape=_match_shapes,
+        out_dtype=_match_dtypes,
         func_type="aot",
         bprop=bprop,
     )

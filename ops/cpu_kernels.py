@@ -61,7 +61,7 @@ LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
     "upsample": "2x upsampling",
-    "assigner": "SimOTA's pairwise terms",
+    "assigner": "SimOTA's pairwise terms and matching",
 }
 
 

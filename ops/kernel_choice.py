@@ -16,7 +16,7 @@ in the network. Four variants: MindSpore's operators only, with msdet's depthwis
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
-so is SimOTA's pairwise operator, on the assigner at the training step's shapes (batch 8,
+so are SimOTA's two operators (pairwise terms, matching), on the assigner at the training step's shapes (batch 8,
 50 target rows, 2,100 anchors).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
@@ -82,7 +82,7 @@ def choose_upsample(median_ms: Mapping[str, float], margin: float = MARGIN) -> t
 
 
 def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
-    """``("assigner",)`` if the assigner on the pairwise operator beats MindSpore's
+    """``("assigner",)`` if the assigner on its compiled operators beats MindSpore's
     operators by ``margin``, else ``()``; ``median_ms`` maps each name of
     :data:`ASSIGNER_VARIANTS` to its median time."""
     return _winner(ASSIGNER_VARIANTS, median_ms, margin)
@@ -321,8 +321,8 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
 
 
 def _assigner(library: str, kernels: Sequence[str]) -> Any:
-    """SimOTA's assigner (forward only: it runs outside the gradient), on the pairwise
-    operator if ``kernels`` has it."""
+    """SimOTA's assigner (forward only: it runs outside the gradient), on its compiled
+    operators if ``kernels`` has them."""
     from ops.assigner import SimOTAAssigner
 
     return SimOTAAssigner(ASSIGN_CLASSES, library=library if "assigner" in kernels else None)

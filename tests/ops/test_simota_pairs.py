@@ -1,5 +1,6 @@
-"""ops.assigner on the compiled pairwise operator (kernels/simota_pairs.cc): the same bits as
-MindSpore's operators, for the pairwise terms, the assignment and the loss's gradient."""
+"""ops.assigner on its compiled operators (kernels/simota_pairs.cc, and for the assignment and
+the loss also kernels/simota_match.cc): the same bits as MindSpore's operators, for the
+pairwise terms, the assignment and the loss's gradient."""
 
 from __future__ import annotations
 
@@ -114,6 +115,7 @@ def test_the_loss_and_its_gradient_are_the_same(library, graph_mode):
         finally:
             cpu_kernels.set_custom_kernel_library(None)
         assert (loss.assigner.pairs_op is not None) == bool(kernels)
+        assert (loss.assigner.match_op is not None) == bool(kernels)
 
         def total(*inputs):
             return loss(*inputs)[0]
