@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "aot.h"
 #include "threads.h"
 
 namespace {
@@ -194,10 +195,7 @@ void inference(const float *x, const float *gamma, const float *beta, float eps,
 
 bool checked(int nparam, int expected, const int *ndims, int64_t **shapes, const char **dtypes,
              Dims *d) {
-  if (nparam != expected || ndims[0] != 4) return false;
-  for (int i = 0; i < nparam; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0) return false;
-  }
+  if (nparam != expected || ndims[0] != 4 || !all_float32(nparam, dtypes)) return false;
   d->n = shapes[0][0];
   d->c = shapes[0][1];
   d->hw = shapes[0][2] * shapes[0][3];

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "aot.h"
 #include "threads.h"
 
 namespace {
@@ -221,12 +222,6 @@ bool geometry(const int *ndims, int64_t **shapes, int image, int weight, int out
   return true;
 }
 
-bool all_float32(int nparam, const char **dtypes) {
-  for (int i = 0; i < nparam; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

@@ -27,9 +27,9 @@
 // Images are split over msdet_threads() threads (threads.h).
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
+#include "aot.h"
 #include "threads.h"
 
 namespace {
@@ -40,12 +40,6 @@ struct Sizes {
   int64_t b, m, a;
 };
 
-bool float32_all(int nparam, const char **dtypes) {
-  for (int i = 0; i < nparam; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0) return false;
-  }
-  return true;
-}
 
 bool check_shapes(int nparam, int *ndims, int64_t **shapes, Sizes *s) {
   if (nparam != 6 || ndims[0] != 3) return false;
@@ -151,7 +145,7 @@ void match(const float *cost, const float *ious, const float *mask, float *fg,
 extern "C" int SimotaMatch(int nparam, void **params, int *ndims, int64_t **shapes,
                            const char **dtypes, void *, void *) {
   Sizes s;
-  if (!float32_all(nparam, dtypes) || !check_shapes(nparam, ndims, shapes, &s)) return 1;
+  if (!all_float32(nparam, dtypes) || !check_shapes(nparam, ndims, shapes, &s)) return 1;
   match(static_cast<const float *>(params[0]), static_cast<const float *>(params[1]),
         static_cast<const float *>(params[2]), static_cast<float *>(params[3]),
         static_cast<float *>(params[4]), static_cast<float *>(params[5]), s);

@@ -26,9 +26,9 @@
 // Images are split over msdet_threads() threads (threads.h).
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
+#include "aot.h"
 #include "threads.h"
 
 #if defined(__clang__)
@@ -43,12 +43,6 @@ struct Sizes {
   int64_t b, m, a;
 };
 
-bool float32_all(int nparam, const char **dtypes) {
-  for (int i = 0; i < nparam; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0) return false;
-  }
-  return true;
-}
 
 bool same_shape(int ndim, const int64_t *shape, int64_t d0, int64_t d1, int64_t d2) {
   return ndim == 3 && shape[0] == d0 && shape[1] == d1 && shape[2] == d2;
@@ -148,7 +142,7 @@ void pairs(const float *gt, const float *mask, const float *pred, const float *c
 extern "C" int SimotaPairs(int nparam, void **params, int *ndims, int64_t **shapes,
                            const char **dtypes, void *, void *) {
   Sizes s;
-  if (!float32_all(nparam, dtypes) || !check_shapes(nparam, ndims, shapes, &s)) return 1;
+  if (!all_float32(nparam, dtypes) || !check_shapes(nparam, ndims, shapes, &s)) return 1;
   pairs(static_cast<const float *>(params[0]), static_cast<const float *>(params[1]),
         static_cast<const float *>(params[2]), static_cast<const float *>(params[3]),
         static_cast<const float *>(params[4]), static_cast<const float *>(params[5]),
