@@ -16,8 +16,8 @@ in the network. Four variants: MindSpore's operators only, with msdet's depthwis
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
-so are SimOTA's two operators (pairwise terms, matching), on the assigner at the training step's shapes (batch 8,
-50 target rows, 2,100 anchors).
+so are SimOTA's two operators (pairwise terms, matching), on the assigner at the training
+step's shapes (batch 8, 50 target rows, 2,100 anchors).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
