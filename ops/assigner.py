@@ -33,7 +33,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from ops.boxes import pairwise_iou_cxcywh
-from ops.cpu_kernels import custom_kernel_library
+from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 RULES = ("yolox-0.3.0", "yolox-latest")
 DEFAULT_RADIUS = {"yolox-0.3.0": 2.5, "yolox-latest": 1.5}
@@ -45,9 +45,6 @@ TOPK_CANDIDATES = 10
 LOG_CLAMP = -100.0  # torch.nn.functional.binary_cross_entropy clamps log() at -100
 # The smallest normal float32: the log of anything at least this large is finite everywhere.
 TINY = float(np.finfo(np.float32).tiny)
-# SimOTAAssigner(library=...): ask ops.cpu_kernels (the default), or say which library
-# (None: MindSpore's operators), as ops.kernel_choice does to compare the two.
-FROM_RUNTIME = "runtime"
 
 
 def _clamped_log(x: ms.Tensor) -> ms.Tensor:

@@ -1,10 +1,12 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves three spots of YOLOX slow (BENCHMARKS.md): depthwise
+MindSpore 2.10's CPU backend leaves five spots of YOLOX slow (BENCHMARKS.md): depthwise
 convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
-element-wise operators plus a slow BatchNormGrad, and the neck's 2x upsampling runs as a
-slow ``Tile`` and a ``ReduceSum``. ``ops.depthwise``, ``ops.batchnorm_silu`` and
-``ops.upsample`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
+element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
+slow ``Tile`` and a ``ReduceSum``, SimOTA's assignment runs as ~100 small operators over
+[B, M, A], and ``NMSWithMask`` works on every candidate slot, valid or not.
+``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.assigner`` and
+``ops.nms`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
 ``kernels/``. The library is compiled once with the system C++ compiler and optimisation
 flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
 outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
@@ -56,13 +58,18 @@ CXX_FLAGS = (
 )
 
 # The operators the library provides, by the name models ask for, and what logs call them.
-KERNELS = ("depthwise", "batchnorm_silu", "upsample", "assigner")
+KERNELS = ("depthwise", "batchnorm_silu", "upsample", "assigner", "nms")
 LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
     "upsample": "2x upsampling",
-    "assigner": "SimOTA's pairwise terms and matching",
+    "assigner": "SimOTA's assignment",
+    "nms": "NMS",
 }
+# The default of a ``library`` argument (ops.assigner, ops.nms): ask
+# :func:`custom_kernel_library`; an explicit path or None (MindSpore's operators) is what
+# ops.kernel_choice passes to compare the two.
+FROM_RUNTIME = "runtime"
 
 
 def kernels_text(kernels: tuple[str, ...] | list[str]) -> str:

@@ -17,7 +17,9 @@ with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x ups
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
 so are SimOTA's two operators (pairwise terms, matching), on the assigner at the training
-step's shapes (batch 8, 50 target rows, 2,100 anchors).
+step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
+:class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
+416 px, 80 classes, about a fifth of the anchors above the score threshold).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
@@ -50,6 +52,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 UPSAMPLE_VARIANTS: dict[str, tuple[str, ...]] = {"tile": (), "upsample": ("upsample",)}
 # The assigner's two variants, likewise.
 ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
+# The suppression's two variants, likewise.
+NMS_VARIANTS: dict[str, tuple[str, ...]] = {"nms_with_mask": (), "nms": ("nms",)}
 # A variant replaces MindSpore's operators only when its median step is at least this much
 # faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
@@ -63,6 +67,9 @@ UPSAMPLES = ((128, 10), (64, 20))
 # The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
 # (strides 8, 16, 32), classes.
 ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
+# Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
+# passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
+NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
@@ -86,6 +93,12 @@ def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> t
     operators by ``margin``, else ``()``; ``median_ms`` maps each name of
     :data:`ASSIGNER_VARIANTS` to its median time."""
     return _winner(ASSIGNER_VARIANTS, median_ms, margin)
+
+
+def choose_nms(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("nms",)`` if the greedy NMS operator beats ``NMSWithMask`` by ``margin``, else
+    ``()``; ``median_ms`` maps each name of :data:`NMS_VARIANTS` to its median time."""
+    return _winner(NMS_VARIANTS, median_ms, margin)
 
 
 def _winner(
@@ -154,8 +167,9 @@ def describe(record: Mapping[str, Any]) -> str:
         **(record.get("median_ms") or {}),
         **(record.get("upsample_ms") or {}),
         **(record.get("assigner_ms") or {}),
+        **(record.get("nms_ms") or {}),
     }
-    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *ASSIGNER_VARIANTS)
+    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *ASSIGNER_VARIANTS, *NMS_VARIANTS)
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
@@ -246,13 +260,21 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         name: _assigner(library, kernels) for name, kernels in ASSIGNER_VARIANTS.items()
     }
     assign_compile_s, assigner_ms = _time_alternating(assign_steps, _assigner_inputs(rng), rounds)
-    chosen = choose(median_ms) + choose_upsample(upsample_ms) + choose_assigner(assigner_ms)
+    nms_steps = {name: _nms(library, kernels) for name, kernels in NMS_VARIANTS.items()}
+    nms_compile_s, nms_ms = _time_alternating(nms_steps, (_nms_input(rng),), rounds)
+    chosen = (
+        choose(median_ms)
+        + choose_upsample(upsample_ms)
+        + choose_assigner(assigner_ms)
+        + choose_nms(nms_ms)
+    )
     return {
         "kernels": list(chosen),
         "median_ms": median_ms,
         "upsample_ms": upsample_ms,
         "assigner_ms": assigner_ms,
-        "first_call_s": {**compile_s, **up_compile_s, **assign_compile_s},
+        "nms_ms": nms_ms,
+        "first_call_s": {**compile_s, **up_compile_s, **assign_compile_s, **nms_compile_s},
         "threads": int(threads),
         "margin": MARGIN,
         "mindspore": ms.__version__,
@@ -365,6 +387,33 @@ def _assigner_inputs(rng) -> tuple:
             mask.astype(f32),
         )
     )
+
+
+def _nms(library: str, kernels: Sequence[str]) -> Any:
+    """:class:`ops.nms.BatchedNMS` at eval's defaults, 80 classes, on the greedy NMS
+    operator if ``kernels`` has it (else ``NMSWithMask``)."""
+    from ops.nms import BatchedNMS
+
+    conf, iou, topk, max_det = NMS_SETTINGS
+    return BatchedNMS(
+        ASSIGN_CLASSES, conf, iou, topk, max_det, library=library if "nms" in kernels else None
+    )
+
+
+def _nms_input(rng) -> Any:
+    """Decoded predictions [8, A, 85] at ``NMS_SIDE``: boxes anywhere in the image, a share
+    ``NMS_VALID_SHARE`` of the anchors confident enough to be candidates."""
+    import mindspore as ms
+    import numpy as np
+
+    a = sum((NMS_SIDE // stride) ** 2 for stride in (8, 16, 32))
+    centres = rng.uniform(0, NMS_SIDE, (BATCH, a, 2))
+    sizes = rng.uniform(8, NMS_SIDE / 3, (BATCH, a, 2))
+    confident = rng.uniform(size=(BATCH, a, 1)) < NMS_VALID_SHARE
+    objectness = np.where(confident, rng.uniform(0.1, 1, (BATCH, a, 1)), 1e-3)
+    classes = rng.uniform(0, 1, (BATCH, a, ASSIGN_CLASSES))
+    pred = np.concatenate([centres, sizes, objectness, classes], -1)
+    return ms.Tensor(pred.astype(np.float32))
 
 
 def _blocks(library: str, kernels: Sequence[str], rng) -> Any:

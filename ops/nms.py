@@ -16,6 +16,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+
 # Ascend's NMSWithMask accepts at most this many boxes per call (MindSpore docs).
 ASCEND_MAX_NMS_BOXES = 2864
 
@@ -87,6 +89,10 @@ class BatchedNMS(nn.Cell):
             2864, the Ascend limit of one ``NMSWithMask`` call.
         max_det: detections returned per image.
         class_agnostic: suppress across classes (YOLOX's ``class_agnostic``).
+        library: msdet's compiled CPU kernel library for the suppression
+            (``kernels/greedy_nms.cc``: the same masks as ``NMSWithMask``, at the cost of the
+            valid candidates only), None for ``NMSWithMask``; by default the one the device
+            module enabled for ``"nms"`` (``ops.cpu_kernels``).
 
     ``construct(predictions)`` takes decoded predictions ``[B, A, 5 + C]`` (cx, cy, w, h in
     input pixels, objectness and class probabilities; float32 or float16) and returns
@@ -105,6 +111,7 @@ class BatchedNMS(nn.Cell):
         pre_nms_topk: int = 1000,
         max_det: int = 100,
         class_agnostic: bool = False,
+        library: str | None = FROM_RUNTIME,
     ):
         super().__init__()
         check_nms_settings(num_classes, conf_thresh, iou_thresh, pre_nms_topk, max_det)
@@ -116,6 +123,10 @@ class BatchedNMS(nn.Cell):
         self.class_agnostic = bool(class_agnostic)
         self.candidates = Candidates(num_classes, conf_thresh, pre_nms_topk)
         self.nms = ops.NMSWithMask(self.iou_thresh)
+        if library == FROM_RUNTIME:
+            library = custom_kernel_library("nms")
+        self.greedy_op = greedy_nms_op(library) if library else None
+        self.nms_hyper = ms.Tensor([self.iou_thresh], ms.float32)
         self.topk = ops.TopK(sorted=True)
 
     def construct(self, predictions):
@@ -136,17 +147,11 @@ class BatchedNMS(nn.Cell):
             span = hi - lo + 1.0
             nms_boxes = cand_boxes - lo + cand_labels.expand_dims(-1) * span
 
-        # The rank (k .. 1) as the score column: distinct and in input order, so CPU/GPU,
-        # which sort by score (unstable for ties), return the mask in our order, as Ascend.
         rank = ops.arange(k, 0, -1).astype(ms.float32)
-        rank_col = rank.reshape(k, 1)
-        masks = ()  # a tuple, not a list: ONNX export has no make_list
-        for i in range(batch):
-            # Index the one output used: unpacking all three leaves unused getitem nodes of a
-            # side-effect op, which MindSpore's auto-monad pass warns about at every compile.
-            mask = self.nms(ops.concat((nms_boxes[i], rank_col), -1))[2]
-            masks = masks + (mask,)
-        kept = ops.logical_and(ops.stack(masks), cand_valid)
+        if self.greedy_op is None:
+            kept = ops.logical_and(self._nms_with_mask(nms_boxes, rank), cand_valid)
+        else:
+            kept = self.greedy_op(nms_boxes, cand_valid.astype(ms.float32), self.nms_hyper) > 0.5
 
         # Kept candidates keep their score order: pick the m highest ranks among them.
         order_key = ops.where(kept, ops.broadcast_to(rank, kept.shape), ops.zeros_like(top_scores))
@@ -159,6 +164,29 @@ class BatchedNMS(nn.Cell):
             dets = ops.concat((dets, ops.zeros((batch, self.max_det - m, 6), ms.float32)), 1)
         counts = selected.astype(ms.int32).sum(axis=1).astype(ms.int32)
         return dets, counts
+
+    def _nms_with_mask(self, nms_boxes, rank):
+        """Each image's mask from ``NMSWithMask`` [B, k] (True: not suppressed)."""
+        # The rank (k .. 1) as the score column: distinct and in input order, so CPU/GPU,
+        # which sort by score (unstable for ties), return the mask in our order, as Ascend.
+        rank_col = rank.reshape(-1, 1)
+        masks = ()  # a tuple, not a list: ONNX export has no make_list
+        for i in range(nms_boxes.shape[0]):
+            # Index the one output used: unpacking all three leaves unused getitem nodes of a
+            # side-effect op, which MindSpore's auto-monad pass warns about at every compile.
+            masks = masks + (self.nms(ops.concat((nms_boxes[i], rank_col), -1))[2],)
+        return ops.stack(masks)
+
+
+def greedy_nms_op(library: str):
+    """``(boxes [B, k, 4], valid [B, k], hyper [1] = (iou threshold,)) -> kept [B, k]``,
+    float32 (``kernels/greedy_nms.cc``). Inference only: it has no gradient."""
+    return ops.Custom(
+        f"{library}:GreedyNms",
+        out_shape=lambda boxes, valid, hyper: valid,
+        out_dtype=lambda boxes, valid, hyper: valid,
+        func_type="aot",
+    )
 
 
 class HostNMS:

@@ -10,12 +10,14 @@ from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
+    NMS_VARIANTS,
     UPSAMPLE_VARIANTS,
     VARIANTS,
     cached_choice,
     choice_path,
     choose,
     choose_assigner,
+    choose_nms,
     choose_upsample,
     decide,
     describe,
@@ -58,6 +60,14 @@ def test_the_assigner_is_decided_against_mindspores_operators_alone():
     assert choose_assigner({"ops": 21.0, "assigner": 40.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_assigner({"assigner": 1.0})
+
+
+def test_nms_is_decided_against_nms_with_mask_alone():
+    assert choose_nms({"nms_with_mask": 52.0, "nms": 20.0}) == ("nms",)
+    assert choose_nms({"nms_with_mask": 52.0, "nms": 50.0}) == ()  # within the margin
+    assert choose_nms({"nms_with_mask": 20.0, "nms": 52.0}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_nms({"nms": 1.0})
 
 
 def record(kernels, version="2.10.0", threads=2):
@@ -117,17 +127,18 @@ def test_describe_is_one_line_with_the_figures():
     line = describe(both)
     assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
     assert "tile 29 ms" in line and "upsample 15 ms" in line
-    every = describe(
-        {**both, "assigner_ms": {"ops": 40.2, "assigner": 21.3}, "kernels": list(KERNELS)}
-    )
-    assert "2x upsampling and SimOTA's pairwise terms and matching on msdet's" in every
+    every_record = {**both, "assigner_ms": {"ops": 40.2, "assigner": 21.3}}
+    every_record["kernels"] = list(KERNELS)
+    every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
+    assert "2x upsampling, SimOTA's assignment and NMS on msdet's" in every
     assert "ops 40 ms" in every and "assigner 21 ms" in every
+    assert "nms_with_mask 52 ms" in every and "nms 20 ms" in every
 
 
 @pytest.mark.slow
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
-    decision the one :func:`choose`, :func:`choose_upsample` and :func:`choose_assigner` make
+    decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_assigner` and :func:`choose_nms` make
     from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
@@ -137,10 +148,13 @@ def test_the_benchmark_measures_every_variant(library):
     assert all(t > 0 for t in result["upsample_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
+    assert set(result["nms_ms"]) == set(NMS_VARIANTS)
+    assert all(t > 0 for t in result["nms_ms"].values())
     expected = (
         choose(result["median_ms"])
         + choose_upsample(result["upsample_ms"])
         + choose_assigner(result["assigner_ms"])
+        + choose_nms(result["nms_ms"])
     )
     assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
