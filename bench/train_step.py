@@ -104,6 +104,7 @@ def run_infer(cfg, rt, steps: int, warmup: int, num_classes: int) -> dict:
         "batch": batch,
         "img_size": size,
         "mode": rt.mode,
+        "cpu_kernels": list(rt.kernel_names),
         "first_step_s": round(first, 3),
         "batch_s": round(t, 4),
         "images_per_s": round(batch / t, 2),
@@ -151,7 +152,9 @@ def alternate(args, argv: list[str]) -> dict:
             skip = True
         elif not a.startswith(("--alternate=", "--rounds=")):
             rest.append(a)
-    print_header(f"msdet training step, alternating {key}")
+    # A training step reports its step_s, inference its batch_s (forward + NMS of a batch).
+    field = "batch_s" if args.infer else "step_s"
+    print_header(f"msdet {'inference' if args.infer else 'training step'}, alternating {key}")
     runs: dict[str, list[dict]] = {v: [] for v in choices}
     for r in range(args.rounds):
         # Every other round in reverse: on this shared machine the first run of a round was
@@ -164,21 +167,21 @@ def alternate(args, argv: list[str]) -> dict:
             result = read_result(done.stdout)
             runs[value].append(result)
             print(
-                f"round {r + 1} {key}={value}: {result['step_s']:.3f} s/step, first step "
+                f"round {r + 1} {key}={value}: {result[field]:.3f} s, first call "
                 f"{result['first_step_s']:.1f} s, kernels {result.get('cpu_kernels')}",
                 flush=True,
             )
     summary = {
         value: {
-            "step_s": [x["step_s"] for x in rs],
-            "median_step_s": round(statistics.median(x["step_s"] for x in rs), 4),
+            field: [x[field] for x in rs],
+            f"median_{field}": round(statistics.median(x[field] for x in rs), 4),
             "first_step_s": [x["first_step_s"] for x in rs],
             "cpu_kernels": rs[0].get("cpu_kernels"),
         }
         for value, rs in runs.items()
     }
     for value, row in summary.items():
-        print(f"{key}={value}: median {row['median_step_s']:.3f} s/step over {args.rounds} rounds")
+        print(f"{key}={value}: median {row[f'median_{field}']:.3f} s over {args.rounds} rounds")
     result = {"kind": "alternate", "key": key, "rounds": args.rounds, "values": summary}
     print_result(result)
     return result
