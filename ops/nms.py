@@ -4,6 +4,9 @@
 detections per image, following YOLOX's ``postprocess``: score = objectness x best class
 probability (one label per anchor), keep ``score >= conf_thresh``, NMS per class. Every
 shape is static: the result is zero-padded to ``max_det`` rows with a valid count per image.
+On CPU the suppression runs on msdet's compiled greedy operator where ``ops.kernel_choice``
+measured it faster (``kernels/greedy_nms.cc``: the same masks, at the cost of the candidates
+that passed the threshold rather than of every slot).
 
 :class:`HostNMS` runs the suppression on the host instead (chips whose ``NMSWithMask`` is
 float16 only). :func:`greedy_nms` and :func:`postprocess_numpy` are a plain numpy
