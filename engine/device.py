@@ -227,13 +227,13 @@ def setup_cpu_kernels(
     MindSpore's CPU backend runs these through slow paths (im2col + GEMM; seven element-wise
     operators and a slow BatchNormGrad; a slow Tile and a ReduceSum; some forty small
     operators per pairwise term; an NMSWithMask over every candidate slot, valid or not),
-    but whether msdet's direct loops win depends on the CPU
-    (they lost on an AVX2-only AMD EPYC): ``auto`` uses the kernels that
-    ``ops.kernel_choice`` measured to be faster on this CPU at ``threads`` threads (measured
-    once, cached with the library), ``msdet`` uses all unmeasured (tests, benchmarks),
-    ``native`` none, and kernel names joined by ``+`` (``depthwise+upsample``) exactly those
-    (ablations). GPU, Ascend, mixed precision (the kernels are float32) and a machine without
-    a working compiler keep MindSpore's operators. Logs the decision in one line.
+    but whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
+    EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on
+    this CPU at ``threads`` threads (measured once, cached with the library), ``msdet``
+    uses all unmeasured (tests, benchmarks), ``native`` none, and kernel names joined by
+    ``+`` (``depthwise+upsample``) exactly those (ablations). GPU, Ascend, mixed precision
+    (the kernels are float32) and a machine without a working compiler keep MindSpore's
+    operators. Logs the decision in one line.
     Returns (the kernel library's path or None, the kernels models use).
     """
     from data.config import available_cores
