@@ -7,15 +7,15 @@
 // and a k x k mask, also when few or none of them passed the score threshold (k = 1000 at
 // the default eval.pre_nms_topk: ~75 ms per batch of 8 at 416 px, with nothing to suppress
 // in an untrained model). Here each image costs what its valid candidates cost: each one
-// is compared with the boxes kept before it, and the loop stops at the first invalid row.
+// is compared with the boxes kept before it, and invalid rows are skipped.
 //
 // The same decisions as NMSWithMask on the same boxes: a candidate is suppressed when its
 // IoU with an earlier kept box is > the threshold, the IoU computed as MindSpore's CPU
 // kernel computes it (intersection / (area_a + area_b - intersection), each product and
-// sum rounded to float32: no FMA contraction, see the pragma). Invalid candidates (score
-// under the threshold, non-finite) come after every valid one in BatchedNMS's order, so in
-// NMSWithMask they suppress nothing that is kept either. tests/ops/test_greedy_nms.py
-// compares the masks with NMSWithMask's.
+// sum rounded to float32: no FMA contraction, see the pragma). Invalid rows are never kept
+// and suppress nothing; in BatchedNMS's order they come after every valid one (score under
+// the threshold, non-finite), so in NMSWithMask they suppress nothing that is kept either.
+// tests/ops/test_greedy_nms.py compares the masks with NMSWithMask's.
 //
 // Layouts (contiguous):
 //   inputs  boxes [B, K, 4] float32 (x1, y1, x2, y2, class-offset by BatchedNMS), valid
@@ -70,7 +70,8 @@ void suppress(const float *boxes, const float *valid, float thresh, float *kept,
     float *out = kept + b * s.k;
     std::fill(out, out + s.k, 0.0f);
     std::vector<Box> survivors;
-    for (int64_t i = 0; i < s.k && ok[i] > 0.5f; ++i) {
+    for (int64_t i = 0; i < s.k; ++i) {
+      if (!(ok[i] > 0.5f)) continue;
       const float *r = box + i * 4;
       const Box cand{r[0], r[1], r[2], r[3], (r[2] - r[0]) * (r[3] - r[1])};
       bool suppressed = false;

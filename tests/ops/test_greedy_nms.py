@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from ops.nms import BatchedNMS, greedy_nms_op, postprocess_numpy
+from ops.nms import BatchedNMS, greedy_nms_op, postprocess_numpy, suppress
 from tests.ops.test_nms import random_predictions, run
 
 pytestmark = pytest.mark.usefixtures("graph_mode")
@@ -69,6 +69,21 @@ def test_the_masks_equal_nms_with_masks(library, seed):
     kept = expected.sum(1)
     assert kept[0] == 0 and (kept[1:] > 0).all()
     assert (counts - kept)[1:].min() > 0, "every image with candidates had something suppressed"
+
+
+def test_invalid_rows_anywhere_are_skipped(library):
+    """Rows marked invalid between valid ones are neither kept nor suppress anything: the
+    result is greedy NMS over the valid rows alone (BatchedNMS's invalid rows all come last,
+    where NMSWithMask gives the same)."""
+    boxes, _ = crowded_boxes(2, batch=2, k=400)
+    valid = (np.random.default_rng(3).uniform(size=(2, 400)) < 0.5).astype(np.float32)
+    got = kernel_mask(library, boxes, valid, IOU)
+    for b in range(2):
+        idx = np.flatnonzero(valid[b])
+        expected = np.zeros(400, bool)
+        expected[suppress(boxes[b], np.zeros(400), idx, IOU, agnostic=True)] = True
+        np.testing.assert_array_equal(got[b], expected)
+        assert 0 < expected.sum() < len(idx)
 
 
 def test_ties_at_the_threshold_and_degenerate_boxes(library):
