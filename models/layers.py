@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
@@ -248,15 +250,27 @@ class Focus(nn.Cell):
     ):
         super().__init__()
         self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)
+        self.phases = ms.Tensor(space_to_depth_weight(in_channels))
 
     def construct(self, x):
-        # Channel order as in YOLOX: top-left, bottom-left, top-right, bottom-right, i.e.
-        # channel = (column phase * 2 + row phase) * C + c. One reshape/transpose instead
-        # of four strided slices and a concat (6-10x faster on CPU, same values).
-        b, c, h, w = x.shape
-        x = x.reshape(b, c, h // 2, 2, w // 2, 2)
-        x = ops.transpose(x, (0, 5, 3, 1, 2, 4))
-        return self.conv(x.reshape(b, 4 * c, h // 2, w // 2))
+        # The phases are picked by a 2x2 stride-2 convolution with a one-hot weight (a
+        # plain Tensor, not a Parameter: checkpoints keep their keys): each output is one
+        # input pixel times 1 plus zeros, so the values are exactly the pixels. A
+        # reshape/transpose gives the same values, but MindSpore's CPU Transpose keeps an
+        # 8-byte index per element for the life of the graph (~20 MiB at 320 px, batch 8).
+        return self.conv(ops.conv2d(x, self.phases.astype(x.dtype), stride=2))
+
+
+def space_to_depth_weight(channels: int) -> np.ndarray:
+    """One-hot ``[4C, C, 2, 2]`` weight of a 2x2 stride-2 conv that stacks the four pixel
+    phases on channels in YOLOX's order: top-left, bottom-left, top-right, bottom-right,
+    i.e. output channel ``(column phase * 2 + row phase) * C + c``."""
+    weight = np.zeros((4 * channels, channels, 2, 2), np.float32)
+    for dx in range(2):
+        for dy in range(2):
+            for c in range(channels):
+                weight[(dx * 2 + dy) * channels + c, c, dy, dx] = 1.0
+    return weight
 
 
 class Upsample2x(nn.Cell):

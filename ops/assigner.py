@@ -85,6 +85,9 @@ class SimOTAAssigner(nn.Cell):
         self.pairs_hyper = ms.Tensor(
             [self.penalty, EXCLUDED_COST, float(self.center_only)], ms.float32
         )
+        # onehot [B, M, C] x terms [B, A, C]^T without a Transpose: MindSpore's CPU
+        # Transpose keeps an 8-byte index per element for the graph's life (~11 MiB here).
+        self.bmm_transposed = ops.BatchMatMul(transpose_b=True)
 
     def construct(
         self, pred_boxes, obj_logits, cls_logits, grids, strides, gt_boxes, gt_classes, gt_mask
@@ -135,8 +138,8 @@ class SimOTAAssigner(nn.Cell):
         neg_log_q = -_clamped_log(1.0 - p)  # [B, A, C]
         neg_log_p = -_clamped_log(p)
         onehot = ops.one_hot(gt_classes.astype(ms.int32), self.num_classes, 1.0, 0.0)  # [B, M, C]
-        cls_cost = neg_log_q.sum(-1).expand_dims(1) + ops.bmm(
-            onehot, ops.transpose(neg_log_p - neg_log_q, (0, 2, 1))
+        cls_cost = neg_log_q.sum(-1).expand_dims(1) + self.bmm_transposed(
+            onehot, neg_log_p - neg_log_q
         )
         cost = cls_cost + 3.0 * iou_cost + geometry_cost
         cost = cost + excluded_cost  # adds exactly 0 to the pairs kept

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from models.backbone import Darknet53
 from models.head import decode_boxes, make_grid, prior_bias
-from models.layers import BN_EPS, BN_MOMENTUM, BaseConv, ResLayer, SPPBottleneck
+from models.layers import BN_EPS, BN_MOMENTUM, BaseConv, Focus, ResLayer, SPPBottleneck
 from models.neck import YOLOFPN
 from models.yolox import architecture, build_model, load_model_config, model_names
 
@@ -171,3 +171,27 @@ def test_batchnorm_updates_running_stats_like_pytorch_momentum_003():
     np.testing.assert_allclose(  # float32 rounding: at most 0.8% of the tolerance used
         conv.bn.moving_mean.asnumpy(), 0.03 * batch_mean, rtol=1e-4, atol=1e-6
     )
+
+
+def test_focus_stacks_the_pixel_phases_exactly_as_yolox_slices_them():
+    # YOLOX's Focus: cat(x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+    # x[..., 1::2, 1::2]) on channels, then its conv. msdet picks the phases with a one-hot
+    # 2x2 stride-2 convolution (no Transpose: MindSpore's CPU one keeps an index per
+    # element), which must hand the conv the pixels themselves, bit for bit, and add no
+    # parameter (checkpoints keep their keys).
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            rng.integers(0, 256, (2, 3, 8, 12)).astype(np.float32),  # image pixels
+            (rng.standard_normal((2, 3, 8, 12)) * 1e4).astype(np.float32),  # any floats
+        ]
+    )
+    stacked = np.concatenate(
+        (x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]), 1
+    )
+    focus = Focus(3, 16, 3)
+    focus.set_train(False)
+    out = focus(ms.Tensor(x)).asnumpy()
+    np.testing.assert_array_equal(out, focus.conv(ms.Tensor(stacked)).asnumpy())
+    assert np.abs(out).max() > 0
+    assert [p.name for p in focus.get_parameters()] == [p.name for p in focus.conv.get_parameters()]
