@@ -258,6 +258,8 @@ class Focus(nn.Cell):
         # input pixel times 1 plus zeros, so the values are exactly the pixels. A
         # reshape/transpose gives the same values, but MindSpore's CPU Transpose keeps an
         # 8-byte index per element for the life of the graph (~20 MiB at 320 px, batch 8).
+        # Under float16 (AMP, or the 910A's cube) the phases are the pixels in float16,
+        # which is what the Focus conv computes with there anyway.
         return self.conv(ops.conv2d(x, self.phases.astype(x.dtype), stride=2))
 
 
