@@ -76,7 +76,8 @@ class YOLOXLoss(nn.Cell):
         loss_obj = bce_with_logits(obj, fg).sum() / denom
 
         cls_onehot = ops.one_hot(gather_gt(gt_classes, matched_gt), self.num_classes, 1.0, 0.0)
-        cls_target = cls_onehot * matched_iou.expand_dims(-1)
+        # Tiled, not broadcast: see ops.assigner (the same products, no resident index).
+        cls_target = cls_onehot * ops.tile(matched_iou.expand_dims(-1), (1, 1, self.num_classes))
         loss_cls = (bce_with_logits(cls, cls_target).sum(-1) * fg).sum() / denom
 
         s = strides.expand_dims(-1)
