@@ -30,8 +30,12 @@ CPU_KERNELS = ("auto", "msdet", "native")
 # 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
 ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 ONEDNN_ISA_VALUE = "AVX2"
-# ops.cpu_kernels' thread team sleeps between kernels (read by libgomp when it loads).
+# ops.cpu_kernels' thread team sleeps between kernels (read by libgomp when it loads)...
 WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
+# ...after a short spin (about 10 microseconds; libgomp's own default without a policy is
+# 300,000 spins, ~3 ms): a barrier inside a kernel, or the next kernel right after, then
+# finds the other thread awake instead of waking it through the kernel (BENCHMARKS.md).
+SPIN_COUNT_VAR, SPIN_COUNT = "GOMP_SPINCOUNT", "1000"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
@@ -169,13 +173,17 @@ def configure_process_env(device: str) -> dict[str, str]:
     """Set the environment variables MindSpore reads when it loads, for ``device``.
 
     On CPU, cap oneDNN at AVX2 and make OpenMP threads sleep between msdet's kernels
-    (``ops.cpu_kernels``; spinning threads would take the cores MindSpore's next operator
-    needs), each unless the user already chose a value. Returns the variables this call
-    set (for logging and tests).
+    after a short spin (``ops.cpu_kernels``; threads spinning for long would take the cores
+    MindSpore's next operator needs), each unless the user already chose a value (a user's
+    ``OMP_WAIT_POLICY`` keeps libgomp's spin count for that policy). Returns the variables
+    this call set (for logging and tests).
     """
     changed: dict[str, str] = {}
     if device == "CPU":
-        for key, value in ((ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE), (WAIT_POLICY_VAR, WAIT_POLICY)):
+        wanted = [(ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)]
+        if WAIT_POLICY_VAR not in os.environ:
+            wanted += [(WAIT_POLICY_VAR, WAIT_POLICY), (SPIN_COUNT_VAR, SPIN_COUNT)]
+        for key, value in wanted:
             if key not in os.environ:
                 os.environ[key] = changed[key] = value
     return changed

@@ -3,10 +3,12 @@
 // this many threads.
 //
 // Why a team is fine here although MindSpore runs its own pool: the process runs with
-// OMP_WAIT_POLICY=PASSIVE (set by engine/runtime.py before anything loads libgomp), so the
-// team's threads sleep between kernels instead of spinning on the cores MindSpore's next
-// operator needs. With libgomp's default (active) policy a team of 2 made the whole
-// training step 1.5x slower; with the passive policy it is 1.2x faster (BENCHMARKS.md).
+// OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=1000 (set by engine/device.py before anything
+// loads libgomp), so the team's threads spin ~10 us at a barrier or after a kernel, then
+// sleep instead of spinning on the cores MindSpore's next operator needs. With libgomp's
+// default (~3 ms of spinning) a team of 2 made the whole training step 1.5x slower; with the
+// passive policy it is 1.2x faster, and the short spin gains a few percent more
+// (BENCHMARKS.md).
 #pragma once
 
 int msdet_threads();

@@ -60,6 +60,15 @@ def test_cpu_environment_is_set_unless_the_user_chose(var, ours, theirs):
     assert _seen_by_fresh_process({**env, var: theirs}, var) == theirs
 
 
+def test_a_users_wait_policy_keeps_libgomps_spin_count_for_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    assert _seen_by_fresh_process(env, "GOMP_SPINCOUNT") == "1000"
+    assert _seen_by_fresh_process({**env, "GOMP_SPINCOUNT": "50"}, "GOMP_SPINCOUNT") == "50"
+    # OMP_WAIT_POLICY=ACTIVE means spin for minutes in libgomp: no spin count overrides it
+    active = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
+    assert _seen_by_fresh_process(active, "GOMP_SPINCOUNT") == "None"
+
+
 def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
     from data.config import LOCAL_RANKS_VAR, available_cores
     from engine.device import cpu_threads
