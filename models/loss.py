@@ -24,9 +24,9 @@ def bce_with_logits(logits: ms.Tensor, targets: ms.Tensor) -> ms.Tensor:
 
 class BCEWithLogits(nn.Cell):
     """:func:`bce_with_logits` with the gradient PyTorch's ``BCEWithLogitsLoss`` computes,
-    ``(sigmoid(logits) - targets) * dout``, instead of the chain rule through its six
-    operators: three operators in the backward pass instead of eight, and no forward
-    intermediate kept for it. The targets get no gradient (the loss detaches them)."""
+    ``(sigmoid(logits) - targets) * dout``. Autodiff through the six forward operators
+    would run eight in the backward pass and keep their inputs alive for it; this runs
+    three and keeps nothing. The targets get no gradient (the loss detaches them)."""
 
     def construct(self, logits, targets):
         return bce_with_logits(logits, targets)
