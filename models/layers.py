@@ -19,6 +19,7 @@ from ops.batchnorm_silu import BatchNormSiLU
 from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from ops.depthwise import DepthwiseConv2d
+from ops.spp_pool import spp_pools_op
 from ops.upsample import upsample2x, upsample2x_op
 
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
@@ -197,10 +198,16 @@ class SPPBottleneck(nn.Cell):
         sizes = [k0] * len(kernel_sizes) if self.chained else list(kernel_sizes)
         # 'same' padding with stride 1 pads implicitly with -inf, like PyTorch's padding=k//2.
         self.m = nn.CellList([nn.MaxPool2d(k, 1, pad_mode="same") for k in sizes])
+        # On CPU, the chained 5x5 pools and the concatenation as one compiled operator
+        # (ops.spp_pool: the same values).
+        library = custom_kernel_library("spp") if self.chained and k0 == 5 else None
+        self.fused = spp_pools_op(library, len(sizes)) if library else None
         self.conv2 = BaseConv(hidden * (len(kernel_sizes) + 1), out_channels, 1, 1, act=act)
 
     def construct(self, x):
         x = self.conv1(x)
+        if self.fused is not None:
+            return self.conv2(self.fused(x))
         pooled = [x]
         y = x
         for pool in self.m:

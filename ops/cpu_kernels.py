@@ -58,11 +58,12 @@ CXX_FLAGS = (
 )
 
 # The operators the library provides, by the name models ask for, and what logs call them.
-KERNELS = ("depthwise", "batchnorm_silu", "upsample", "assigner", "nms")
+KERNELS = ("depthwise", "batchnorm_silu", "upsample", "spp", "assigner", "nms")
 LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
     "upsample": "2x upsampling",
+    "spp": "SPP's max-pools",
     "assigner": "SimOTA's assignment",
     "nms": "NMS",
 }
