@@ -113,7 +113,9 @@ def _routed(x: np.ndarray, dy: np.ndarray, first: bool) -> np.ndarray:
                 k = hit.argmax(-1) if first else flat.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
                 rows, cols = np.divmod(k, win.shape[3])
                 for b in range(n):
-                    np.add.at(routed[b], (np.arange(c), r0 + rows[b], c0 + cols[b]), grad[b, :, i, j])
+                    np.add.at(
+                        routed[b], (np.arange(c), r0 + rows[b], c0 + cols[b]), grad[b, :, i, j]
+                    )
         grad = grads[:, level - 1] + routed
     return grad
 
