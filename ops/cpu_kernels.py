@@ -1,12 +1,12 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves five spots of YOLOX slow (BENCHMARKS.md): depthwise
+MindSpore 2.10's CPU backend leaves six spots of YOLOX slow (BENCHMARKS.md): depthwise
 convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
 element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
-slow ``Tile`` and a ``ReduceSum``, SimOTA's assignment runs as ~100 small operators over
-[B, M, A], and ``NMSWithMask`` works on every candidate slot, valid or not.
-``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.assigner`` and
-``ops.nms`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
+slow ``Tile`` and a ``ReduceSum``, SPP's max-pools have a slow ``MaxPoolGrad``, SimOTA's
+assignment runs as ~100 small operators over [B, M, A], and ``NMSWithMask`` works on every
+candidate slot, valid or not. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``,
+``ops.spp_pool``, ``ops.assigner`` and ``ops.nms`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
 ``kernels/``. The library is compiled once with the system C++ compiler and optimisation
 flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
 outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a

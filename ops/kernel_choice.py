@@ -16,7 +16,7 @@ in the network. Four variants: MindSpore's operators only, with msdet's depthwis
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
-so are SimOTA's two operators (pairwise terms, matching), on the assigner at the training
+so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
 step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
@@ -50,6 +50,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 # The upsampling's two variants, decided apart from the blocks' (the same margin).
 UPSAMPLE_VARIANTS: dict[str, tuple[str, ...]] = {"tile": (), "upsample": ("upsample",)}
+# SPP's pools' two variants, likewise.
+SPP_VARIANTS: dict[str, tuple[str, ...]] = {"max_pool": (), "spp": ("spp",)}
 # The assigner's two variants, likewise.
 ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
 # The suppression's two variants, likewise.
@@ -64,6 +66,8 @@ BATCH = 8
 BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
 # (channels, input side): the inputs of YOLOX-nano's two upsamplings (PAFPN) at 320 px.
 UPSAMPLES = ((128, 10), (64, 20))
+# (channels in, side): YOLOX-nano's SPP block at 320 px (its pools see half the channels).
+SPP = (256, 10)
 # The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
 # (strides 8, 16, 32), classes.
 ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
@@ -86,6 +90,13 @@ def choose_upsample(median_ms: Mapping[str, float], margin: float = MARGIN) -> t
     """``("upsample",)`` if the kernel beats reshape + ``Tile`` by ``margin``, else ``()``;
     ``median_ms`` maps each name of :data:`UPSAMPLE_VARIANTS` to its median time."""
     return _winner(UPSAMPLE_VARIANTS, median_ms, margin)
+
+
+def choose_spp(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("spp",)`` if SPP's pools on the kernel beat MindSpore's MaxPool and Concat by
+    ``margin``, else ``()``; ``median_ms`` maps each name of :data:`SPP_VARIANTS` to its
+    median time."""
+    return _winner(SPP_VARIANTS, median_ms, margin)
 
 
 def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
@@ -166,10 +177,11 @@ def describe(record: Mapping[str, Any]) -> str:
     times = {
         **(record.get("median_ms") or {}),
         **(record.get("upsample_ms") or {}),
+        **(record.get("spp_ms") or {}),
         **(record.get("assigner_ms") or {}),
         **(record.get("nms_ms") or {}),
     }
-    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *ASSIGNER_VARIANTS, *NMS_VARIANTS)
+    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *SPP_VARIANTS, *ASSIGNER_VARIANTS, *NMS_VARIANTS)
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
@@ -256,6 +268,11 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         for name, kernels in UPSAMPLE_VARIANTS.items()
     }
     up_compile_s, upsample_ms = _time_alternating(up_steps, xs, rounds)
+    spp_x = ms.Tensor(rng.standard_normal((BATCH, SPP[0], SPP[1], SPP[1]), np.float32))
+    spp_steps = {
+        name: _grad_step(_spp(library, kernels, rng)) for name, kernels in SPP_VARIANTS.items()
+    }
+    spp_compile_s, spp_ms = _time_alternating(spp_steps, (spp_x,), rounds)
     assign_steps = {
         name: _assigner(library, kernels) for name, kernels in ASSIGNER_VARIANTS.items()
     }
@@ -265,6 +282,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
     chosen = (
         choose(median_ms)
         + choose_upsample(upsample_ms)
+        + choose_spp(spp_ms)
         + choose_assigner(assigner_ms)
         + choose_nms(nms_ms)
     )
@@ -272,9 +290,16 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         "kernels": list(chosen),
         "median_ms": median_ms,
         "upsample_ms": upsample_ms,
+        "spp_ms": spp_ms,
         "assigner_ms": assigner_ms,
         "nms_ms": nms_ms,
-        "first_call_s": {**compile_s, **up_compile_s, **assign_compile_s, **nms_compile_s},
+        "first_call_s": {
+            **compile_s,
+            **up_compile_s,
+            **spp_compile_s,
+            **assign_compile_s,
+            **nms_compile_s,
+        },
         "threads": int(threads),
         "margin": MARGIN,
         "mindspore": ms.__version__,
@@ -340,6 +365,37 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
             return total
 
     return Net()
+
+
+def _spp(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's SPP block (1x1 convolution, pools, 1x1 convolution), its pools on
+    msdet's kernel if ``kernels`` has it; the output weighted so every gradient differs."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from models.layers import SPPBottleneck
+    from ops import cpu_kernels
+
+    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
+    cpu_kernels.set_custom_kernel_library(library, tuple(kernels))
+    try:
+        block = SPPBottleneck(SPP[0], SPP[0])
+    finally:
+        cpu_kernels.set_custom_kernel_library(previous[0], previous[1])
+    for param in block.trainable_params():
+        param.set_data(ms.Tensor(rng.uniform(-0.1, 0.1, param.shape).astype("float32")))
+    scale = ms.Tensor(rng.uniform(0.5, 1.5, (1, SPP[0], SPP[1], SPP[1])).astype("float32"))
+
+    class Weighted(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+            self.scale = scale
+
+        def construct(self, x):
+            return self.block(x) * self.scale
+
+    return Weighted()
 
 
 def _assigner(library: str, kernels: Sequence[str]) -> Any:

@@ -11,6 +11,7 @@ from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
     NMS_VARIANTS,
+    SPP_VARIANTS,
     UPSAMPLE_VARIANTS,
     VARIANTS,
     cached_choice,
@@ -18,6 +19,7 @@ from ops.kernel_choice import (
     choose,
     choose_assigner,
     choose_nms,
+    choose_spp,
     choose_upsample,
     decide,
     describe,
@@ -52,6 +54,14 @@ def test_the_upsampling_is_decided_against_tile_alone():
     assert choose_upsample({"tile": 15.0, "upsample": 29.1}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_upsample({"tile": 1.0})
+
+
+def test_spps_pools_are_decided_against_mindspores_max_pool_alone():
+    assert choose_spp({"max_pool": 14.0, "spp": 4.5}) == ("spp",)
+    assert choose_spp({"max_pool": 14.0, "spp": 13.6}) == ()  # within the margin
+    assert choose_spp({"max_pool": 4.5, "spp": 14.0}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_spp({"spp": 1.0})
 
 
 def test_the_assigner_is_decided_against_mindspores_operators_alone():
@@ -127,10 +137,15 @@ def test_describe_is_one_line_with_the_figures():
     line = describe(both)
     assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
     assert "tile 29 ms" in line and "upsample 15 ms" in line
-    every_record = {**both, "assigner_ms": {"ops": 40.2, "assigner": 21.3}}
+    every_record = {
+        **both,
+        "spp_ms": {"max_pool": 14.2, "spp": 4.4},
+        "assigner_ms": {"ops": 40.2, "assigner": 21.3},
+    }
     every_record["kernels"] = list(KERNELS)
     every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
-    assert "2x upsampling, SimOTA's assignment and NMS on msdet's" in every
+    assert "2x upsampling, SPP's max-pools, SimOTA's assignment and NMS on msdet's" in every
+    assert "max_pool 14 ms" in every and "spp 4 ms" in every
     assert "ops 40 ms" in every and "assigner 21 ms" in every
     assert "nms_with_mask 52 ms" in every and "nms 20 ms" in every
 
@@ -138,14 +153,16 @@ def test_describe_is_one_line_with_the_figures():
 @pytest.mark.slow
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
-    decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_assigner` and :func:`choose_nms` make
-    from the times."""
+    decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
+    :func:`choose_assigner` and :func:`choose_nms` make from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
     assert all(t > 0 for t in result["median_ms"].values())
     assert set(result["upsample_ms"]) == set(UPSAMPLE_VARIANTS)
     assert all(t > 0 for t in result["upsample_ms"].values())
+    assert set(result["spp_ms"]) == set(SPP_VARIANTS)
+    assert all(t > 0 for t in result["spp_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
     assert set(result["nms_ms"]) == set(NMS_VARIANTS)
@@ -153,6 +170,7 @@ def test_the_benchmark_measures_every_variant(library):
     expected = (
         choose(result["median_ms"])
         + choose_upsample(result["upsample_ms"])
+        + choose_spp(result["spp_ms"])
         + choose_assigner(result["assigner_ms"])
         + choose_nms(result["nms_ms"])
     )
