@@ -9,6 +9,8 @@ from mindspore import nn, ops
 from mindspore.common.initializer import Constant
 
 from models.layers import BaseConv, conv2d, conv_block
+from ops.cpu_kernels import custom_kernel_library
+from ops.transpose import swap_last_axes_op
 
 
 def prior_bias(prior_prob: float) -> float:
@@ -58,6 +60,10 @@ class YOLOXHead(nn.Cell):
         self.num_classes = num_classes
         self.strides = tuple(strides)
         self.num_levels = len(in_channels)
+        # On CPU, the outputs' [B, 5 + C, A] -> [B, A, 5 + C] swap on msdet's kernel
+        # (ops.transpose: the same bits, without MindSpore's per-element index table).
+        library = custom_kernel_library("transpose")
+        self.swap = swap_last_axes_op(library) if library else None
         conv = conv_block(depthwise)
         hidden = int(256 * width)
         bias = Constant(prior_bias(prior_prob))
@@ -104,7 +110,11 @@ class YOLOXHead(nn.Cell):
             grid, stride = make_grid(h, w, self.strides[k])
             grids.append(grid)
             strides.append(stride)
-        raw = ops.transpose(ops.concat(outputs, 2), (0, 2, 1)).astype(ms.float32)
+        stacked = ops.concat(outputs, 2)
+        if self.swap is None:
+            raw = ops.transpose(stacked, (0, 2, 1)).astype(ms.float32)
+        else:
+            raw = self.swap(stacked)
         grids = ops.concat(grids, 0)
         strides = ops.concat(strides, 0)
         if self.training:

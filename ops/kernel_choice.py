@@ -16,7 +16,8 @@ in the network. Four variants: MindSpore's operators only, with msdet's depthwis
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
-so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
+so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's transpose,
+on its [8, 85, 2,100] outputs (forward and backward), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
 step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
@@ -52,6 +53,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 UPSAMPLE_VARIANTS: dict[str, tuple[str, ...]] = {"tile": (), "upsample": ("upsample",)}
 # SPP's pools' two variants, likewise.
 SPP_VARIANTS: dict[str, tuple[str, ...]] = {"max_pool": (), "spp": ("spp",)}
+# The head's transpose's two variants, likewise.
+TRANSPOSE_VARIANTS: dict[str, tuple[str, ...]] = {"transpose_op": (), "transpose": ("transpose",)}
 # The assigner's two variants, likewise.
 ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
 # The suppression's two variants, likewise.
@@ -68,6 +71,8 @@ BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (
 UPSAMPLES = ((128, 10), (64, 20))
 # (channels in, side): YOLOX-nano's SPP block at 320 px (its pools see half the channels).
 SPP = (256, 10)
+# The head's outputs before the swap at 320 px, 80 classes: [B, 85, 2,100].
+HEAD_OUT = (85, 2100)
 # The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
 # (strides 8, 16, 32), classes.
 ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
@@ -97,6 +102,13 @@ def choose_spp(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[
     ``margin``, else ``()``; ``median_ms`` maps each name of :data:`SPP_VARIANTS` to its
     median time."""
     return _winner(SPP_VARIANTS, median_ms, margin)
+
+
+def choose_transpose(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("transpose",)`` if the kernel's swap beats MindSpore's ``Transpose`` by ``margin``,
+    else ``()``; ``median_ms`` maps each name of :data:`TRANSPOSE_VARIANTS` to its median
+    time."""
+    return _winner(TRANSPOSE_VARIANTS, median_ms, margin)
 
 
 def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
@@ -178,10 +190,18 @@ def describe(record: Mapping[str, Any]) -> str:
         **(record.get("median_ms") or {}),
         **(record.get("upsample_ms") or {}),
         **(record.get("spp_ms") or {}),
+        **(record.get("transpose_ms") or {}),
         **(record.get("assigner_ms") or {}),
         **(record.get("nms_ms") or {}),
     }
-    names = (*VARIANTS, *UPSAMPLE_VARIANTS, *SPP_VARIANTS, *ASSIGNER_VARIANTS, *NMS_VARIANTS)
+    names = (
+        *VARIANTS,
+        *UPSAMPLE_VARIANTS,
+        *SPP_VARIANTS,
+        *TRANSPOSE_VARIANTS,
+        *ASSIGNER_VARIANTS,
+        *NMS_VARIANTS,
+    )
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
     what = f"{chosen} on msdet's kernels" if chosen else "MindSpore's operators only"
@@ -273,6 +293,12 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         name: _grad_step(_spp(library, kernels, rng)) for name, kernels in SPP_VARIANTS.items()
     }
     spp_compile_s, spp_ms = _time_alternating(spp_steps, (spp_x,), rounds)
+    head_out = ms.Tensor(rng.standard_normal((BATCH, *HEAD_OUT), np.float32))
+    swap_steps = {
+        name: _grad_step(_swap(library, kernels, rng))
+        for name, kernels in TRANSPOSE_VARIANTS.items()
+    }
+    swap_compile_s, transpose_ms = _time_alternating(swap_steps, (head_out,), rounds)
     assign_steps = {
         name: _assigner(library, kernels) for name, kernels in ASSIGNER_VARIANTS.items()
     }
@@ -283,6 +309,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         choose(median_ms)
         + choose_upsample(upsample_ms)
         + choose_spp(spp_ms)
+        + choose_transpose(transpose_ms)
         + choose_assigner(assigner_ms)
         + choose_nms(nms_ms)
     )
@@ -291,12 +318,14 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         "median_ms": median_ms,
         "upsample_ms": upsample_ms,
         "spp_ms": spp_ms,
+        "transpose_ms": transpose_ms,
         "assigner_ms": assigner_ms,
         "nms_ms": nms_ms,
         "first_call_s": {
             **compile_s,
             **up_compile_s,
             **spp_compile_s,
+            **swap_compile_s,
             **assign_compile_s,
             **nms_compile_s,
         },
@@ -396,6 +425,30 @@ def _spp(library: str, kernels: Sequence[str], rng) -> Any:
             return self.block(x) * self.scale
 
     return Weighted()
+
+
+def _swap(library: str, kernels: Sequence[str], rng) -> Any:
+    """The head's swap of its outputs' last two axes after a per-channel weight (so the
+    gradient runs through the swap), on msdet's kernel if ``kernels`` has it."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from ops.transpose import swap_last_axes_op
+
+    class Swap(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            weight = rng.uniform(0.5, 1.5, (1, HEAD_OUT[0], 1)).astype("float32")
+            self.weight = ms.Parameter(ms.Tensor(weight), name="weight")
+            self.scale = ms.Tensor(rng.uniform(0.5, 1.5, (1, *HEAD_OUT[::-1])).astype("float32"))
+            self.op = swap_last_axes_op(library) if "transpose" in kernels else None
+
+        def construct(self, x):
+            y = x * self.weight
+            y = ops.transpose(y, (0, 2, 1)) if self.op is None else self.op(y)
+            return y * self.scale
+
+    return Swap()
 
 
 def _assigner(library: str, kernels: Sequence[str]) -> Any:

@@ -12,6 +12,7 @@ from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
     NMS_VARIANTS,
     SPP_VARIANTS,
+    TRANSPOSE_VARIANTS,
     UPSAMPLE_VARIANTS,
     VARIANTS,
     cached_choice,
@@ -20,6 +21,7 @@ from ops.kernel_choice import (
     choose_assigner,
     choose_nms,
     choose_spp,
+    choose_transpose,
     choose_upsample,
     decide,
     describe,
@@ -62,6 +64,14 @@ def test_spps_pools_are_decided_against_mindspores_max_pool_alone():
     assert choose_spp({"max_pool": 4.5, "spp": 14.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_spp({"spp": 1.0})
+
+
+def test_the_heads_transpose_is_decided_against_mindspores_transpose_alone():
+    assert choose_transpose({"transpose_op": 6.0, "transpose": 2.5}) == ("transpose",)
+    assert choose_transpose({"transpose_op": 6.0, "transpose": 5.8}) == ()  # within the margin
+    assert choose_transpose({"transpose_op": 2.5, "transpose": 6.0}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_transpose({"transpose": 1.0})
 
 
 def test_the_assigner_is_decided_against_mindspores_operators_alone():
@@ -140,11 +150,13 @@ def test_describe_is_one_line_with_the_figures():
     every_record = {
         **both,
         "spp_ms": {"max_pool": 14.2, "spp": 4.4},
+        "transpose_ms": {"transpose_op": 6.1, "transpose": 2.4},
         "assigner_ms": {"ops": 40.2, "assigner": 21.3},
     }
     every_record["kernels"] = list(KERNELS)
     every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
-    assert "2x upsampling, SPP's max-pools, SimOTA's assignment and NMS on msdet's" in every
+    assert "SPP's max-pools, the head's transpose, SimOTA's assignment and NMS on" in every
+    assert "transpose_op 6 ms" in every and "transpose 2 ms" in every
     assert "max_pool 14 ms" in every and "spp 4 ms" in every
     assert "ops 40 ms" in every and "assigner 21 ms" in every
     assert "nms_with_mask 52 ms" in every and "nms 20 ms" in every
@@ -154,7 +166,8 @@ def test_describe_is_one_line_with_the_figures():
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
     decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
-    :func:`choose_assigner` and :func:`choose_nms` make from the times."""
+    :func:`choose_transpose`, :func:`choose_assigner` and :func:`choose_nms` make from the
+    times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
@@ -163,6 +176,8 @@ def test_the_benchmark_measures_every_variant(library):
     assert all(t > 0 for t in result["upsample_ms"].values())
     assert set(result["spp_ms"]) == set(SPP_VARIANTS)
     assert all(t > 0 for t in result["spp_ms"].values())
+    assert set(result["transpose_ms"]) == set(TRANSPOSE_VARIANTS)
+    assert all(t > 0 for t in result["transpose_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
     assert set(result["nms_ms"]) == set(NMS_VARIANTS)
@@ -171,6 +186,7 @@ def test_the_benchmark_measures_every_variant(library):
         choose(result["median_ms"])
         + choose_upsample(result["upsample_ms"])
         + choose_spp(result["spp_ms"])
+        + choose_transpose(result["transpose_ms"])
         + choose_assigner(result["assigner_ms"])
         + choose_nms(result["nms_ms"])
     )
