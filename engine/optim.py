@@ -6,7 +6,10 @@ import math
 from typing import Any
 
 import numpy as np
-from mindspore import nn, ops
+from mindspore import Tensor, nn, ops
+
+from ops.cpu_kernels import custom_kernel_library
+from ops.sgd import flat_sgd_op
 
 
 def split_decay_params(network: nn.Cell) -> tuple[list, list]:
@@ -73,6 +76,10 @@ class DecayInKernelSGD(nn.SGD):
     decay to its kernel and skips the separate pass: the same update in one operator per
     parameter, with the same Parameters (``accum.*``, ``stat.*``, ``global_step``) as
     ``nn.SGD``, so checkpoints are unchanged.
+
+    On CPU, where the device module enabled msdet's ``sgd`` kernel (``ops.sgd``), all
+    parameters are updated by one operator instead, with the same arithmetic and the same
+    Parameters.
     """
 
     def __init__(self, params, **kwargs):
@@ -82,6 +89,33 @@ class DecayInKernelSGD(nn.SGD):
             decays = [self.weight_decay] * len(self._parameters)
         self.opt = tuple(ops.SGD(self.dampening, float(wd), self.nesterov) for wd in decays)
         self.exec_weight_decay = False  # nn.Optimizer.decay_weight: leave gradients as they are
+        self.flat = None
+        library = custom_kernel_library("sgd")
+        centralized = any(getattr(self, "grad_centralization_flags", ()) or ())
+        if library and not (self.is_group_lr or self.need_scale or centralized):
+            self.flat = flat_sgd_op(library, len(self._parameters))
+            self.flat_settings = tuple(
+                Tensor(np.array([v], np.float32)) for v in (self.dampening, float(self.nesterov))
+            )
+            self.flat_decays = Tensor(np.array(decays, np.float32))
+
+    def construct(self, gradients):
+        if self.flat is None:
+            return super().construct(gradients)
+        lr = self.get_lr()
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        dampening, nesterov = self.flat_settings
+        return self.flat(
+            lr,
+            self.momentum,
+            dampening,
+            nesterov,
+            self.flat_decays,
+            *gradients,
+            *self._parameters,
+            *self.accum,
+            *self.stat,
+        )
 
 
 def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.SGD:

@@ -59,7 +59,16 @@ CXX_FLAGS = (
 )
 
 # The operators the library provides, by the name models ask for, and what logs call them.
-KERNELS = ("depthwise", "batchnorm_silu", "upsample", "spp", "transpose", "assigner", "nms")
+KERNELS = (
+    "depthwise",
+    "batchnorm_silu",
+    "upsample",
+    "spp",
+    "transpose",
+    "assigner",
+    "nms",
+    "sgd",
+)
 LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
@@ -68,6 +77,7 @@ LABELS = {
     "transpose": "the head's transpose",
     "assigner": "SimOTA's assignment",
     "nms": "NMS",
+    "sgd": "SGD",
 }
 # The default of a ``library`` argument (ops.assigner, ops.nms): ask
 # :func:`custom_kernel_library`; an explicit path or None (MindSpore's operators) is what
