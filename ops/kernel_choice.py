@@ -17,7 +17,8 @@ with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x ups
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
 so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's transpose,
-on its [8, 85, 2,100] outputs (forward and backward), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
+on its [8, 85, 2,100] outputs (forward and backward), the optimizer (one SGD step over
+YOLOX-nano's parameters, one ``SGD`` operator per parameter or one for all), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
 step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
@@ -59,6 +60,8 @@ TRANSPOSE_VARIANTS: dict[str, tuple[str, ...]] = {"transpose_op": (), "transpose
 ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
 # The suppression's two variants, likewise.
 NMS_VARIANTS: dict[str, tuple[str, ...]] = {"nms_with_mask": (), "nms": ("nms",)}
+# The optimizer's two variants, likewise.
+SGD_VARIANTS: dict[str, tuple[str, ...]] = {"sgd_ops": (), "sgd": ("sgd",)}
 # A variant replaces MindSpore's operators only when its median step is at least this much
 # faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
@@ -79,6 +82,8 @@ ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
 # Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
 # passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
 NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
+# The optimizer's parameters: YOLOX-nano's, 80 classes.
+SGD_MODEL = "yolox_nano"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
@@ -122,6 +127,13 @@ def choose_nms(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[
     """``("nms",)`` if the greedy NMS operator beats ``NMSWithMask`` by ``margin``, else
     ``()``; ``median_ms`` maps each name of :data:`NMS_VARIANTS` to its median time."""
     return _winner(NMS_VARIANTS, median_ms, margin)
+
+
+def choose_sgd(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("sgd",)`` if one SGD operator over all parameters beats one ``SGD`` per parameter
+    by ``margin``, else ``()``; ``median_ms`` maps each name of :data:`SGD_VARIANTS` to its
+    median time."""
+    return _winner(SGD_VARIANTS, median_ms, margin)
 
 
 def _winner(
@@ -193,6 +205,7 @@ def describe(record: Mapping[str, Any]) -> str:
         **(record.get("transpose_ms") or {}),
         **(record.get("assigner_ms") or {}),
         **(record.get("nms_ms") or {}),
+        **(record.get("sgd_ms") or {}),
     }
     names = (
         *VARIANTS,
@@ -201,6 +214,7 @@ def describe(record: Mapping[str, Any]) -> str:
         *TRANSPOSE_VARIANTS,
         *ASSIGNER_VARIANTS,
         *NMS_VARIANTS,
+        *SGD_VARIANTS,
     )
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
@@ -305,6 +319,12 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
     assign_compile_s, assigner_ms = _time_alternating(assign_steps, _assigner_inputs(rng), rounds)
     nms_steps = {name: _nms(library, kernels) for name, kernels in NMS_VARIANTS.items()}
     nms_compile_s, nms_ms = _time_alternating(nms_steps, (_nms_input(rng),), rounds)
+    sgd_steps = {name: _sgd(library, kernels) for name, kernels in SGD_VARIANTS.items()}
+    grads = tuple(
+        ms.Tensor(rng.standard_normal(p.shape).astype(np.float32) * 1e-3)
+        for p in sgd_steps["sgd"].optimizer.parameters
+    )
+    sgd_compile_s, sgd_ms = _time_alternating(sgd_steps, grads, rounds)
     chosen = (
         choose(median_ms)
         + choose_upsample(upsample_ms)
@@ -312,6 +332,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         + choose_transpose(transpose_ms)
         + choose_assigner(assigner_ms)
         + choose_nms(nms_ms)
+        + choose_sgd(sgd_ms)
     )
     return {
         "kernels": list(chosen),
@@ -321,6 +342,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         "transpose_ms": transpose_ms,
         "assigner_ms": assigner_ms,
         "nms_ms": nms_ms,
+        "sgd_ms": sgd_ms,
         "first_call_s": {
             **compile_s,
             **up_compile_s,
@@ -328,6 +350,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
             **swap_compile_s,
             **assign_compile_s,
             **nms_compile_s,
+            **sgd_compile_s,
         },
         "threads": int(threads),
         "margin": MARGIN,
@@ -496,6 +519,41 @@ def _assigner_inputs(rng) -> tuple:
             mask.astype(f32),
         )
     )
+
+
+def _sgd(library: str, kernels: Sequence[str]) -> Any:
+    """One optimizer step of the training recipe's SGD (momentum 0.9, Nesterov, weight
+    decay 5e-4 on the weights) over YOLOX-nano's parameters, on msdet's kernel if
+    ``kernels`` has it; called with the gradients, returns (the first weight's sum after
+    the step,)."""
+    import mindspore as ms
+    from mindspore import nn, ops
+    from omegaconf import OmegaConf
+
+    from engine.optim import build_optimizer
+    from models.yolox import build_model, load_model_config
+    from ops import cpu_kernels
+
+    network = build_model(load_model_config(SGD_MODEL), ASSIGN_CLASSES)
+    recipe = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
+    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
+    cpu_kernels.set_custom_kernel_library(library, tuple(kernels))
+    try:
+        optimizer = build_optimizer(network, 1e-3, recipe)
+    finally:
+        cpu_kernels.set_custom_kernel_library(previous[0], previous[1])
+
+    class Update(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.optimizer = optimizer
+
+        def construct(self, *grads):
+            done = self.optimizer(grads)
+            after = ops.depend(ops.zeros((), ms.float32), done)
+            return (after + self.optimizer.parameters[0].sum(),)
+
+    return Update()
 
 
 def _nms(library: str, kernels: Sequence[str]) -> Any:

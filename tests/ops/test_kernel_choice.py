@@ -11,6 +11,7 @@ from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
     NMS_VARIANTS,
+    SGD_VARIANTS,
     SPP_VARIANTS,
     TRANSPOSE_VARIANTS,
     UPSAMPLE_VARIANTS,
@@ -20,6 +21,7 @@ from ops.kernel_choice import (
     choose,
     choose_assigner,
     choose_nms,
+    choose_sgd,
     choose_spp,
     choose_transpose,
     choose_upsample,
@@ -134,6 +136,14 @@ def test_decide_uses_the_cache_and_never_caches_a_failure(tmp_path, monkeypatch)
     assert calls == [(lib, 2), (lib, 2)]
 
 
+def test_the_optimizer_is_decided_against_one_sgd_per_parameter_alone():
+    assert choose_sgd({"sgd_ops": 9.0, "sgd": 2.0}) == ("sgd",)
+    assert choose_sgd({"sgd_ops": 9.0, "sgd": 8.8}) == ()  # within the margin
+    assert choose_sgd({"sgd_ops": 2.0, "sgd": 9.0}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_sgd({"sgd": 1.0})
+
+
 def test_describe_is_one_line_with_the_figures():
     line = describe({**record(["depthwise"]), "median_ms": times(160.2, 114.9, 138.3, 64.8)})
     assert "\n" not in line and "depthwise convolutions on msdet's kernels" in line
@@ -154,8 +164,10 @@ def test_describe_is_one_line_with_the_figures():
         "assigner_ms": {"ops": 40.2, "assigner": 21.3},
     }
     every_record["kernels"] = list(KERNELS)
+    every_record["sgd_ms"] = {"sgd_ops": 9.3, "sgd": 2.2}
     every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
-    assert "SPP's max-pools, the head's transpose, SimOTA's assignment and NMS on" in every
+    assert "the head's transpose, SimOTA's assignment, NMS and SGD on msdet's" in every
+    assert "sgd_ops 9 ms" in every and "sgd 2 ms" in every
     assert "transpose_op 6 ms" in every and "transpose 2 ms" in every
     assert "max_pool 14 ms" in every and "spp 4 ms" in every
     assert "ops 40 ms" in every and "assigner 21 ms" in every
@@ -166,8 +178,8 @@ def test_describe_is_one_line_with_the_figures():
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
     decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
-    :func:`choose_transpose`, :func:`choose_assigner` and :func:`choose_nms` make from the
-    times."""
+    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_nms` and
+    :func:`choose_sgd` make from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
@@ -180,6 +192,8 @@ def test_the_benchmark_measures_every_variant(library):
     assert all(t > 0 for t in result["transpose_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
+    assert set(result["sgd_ms"]) == set(SGD_VARIANTS)
+    assert all(t > 0 for t in result["sgd_ms"].values())
     assert set(result["nms_ms"]) == set(NMS_VARIANTS)
     assert all(t > 0 for t in result["nms_ms"].values())
     expected = (
@@ -189,6 +203,7 @@ def test_the_benchmark_measures_every_variant(library):
         + choose_transpose(result["transpose_ms"])
         + choose_assigner(result["assigner_ms"])
         + choose_nms(result["nms_ms"])
+        + choose_sgd(result["sgd_ms"])
     )
     assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
