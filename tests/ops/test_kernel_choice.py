@@ -68,9 +68,10 @@ def test_spps_pools_are_decided_against_mindspores_max_pool_alone():
         choose_spp({"spp": 1.0})
 
 
-def test_the_heads_transpose_is_decided_against_mindspores_transpose_alone():
+def test_the_heads_transpose_is_kept_for_its_memory_unless_it_costs_time():
     assert choose_transpose({"transpose_op": 6.0, "transpose": 2.5}) == ("transpose",)
-    assert choose_transpose({"transpose_op": 6.0, "transpose": 5.8}) == ()  # within the margin
+    assert choose_transpose({"transpose_op": 6.0, "transpose": 6.2}) == ("transpose",)
+    assert choose_transpose({"transpose_op": 6.0, "transpose": 6.4}) == ()  # 7% slower
     assert choose_transpose({"transpose_op": 2.5, "transpose": 6.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_transpose({"transpose": 1.0})
@@ -136,9 +137,10 @@ def test_decide_uses_the_cache_and_never_caches_a_failure(tmp_path, monkeypatch)
     assert calls == [(lib, 2), (lib, 2)]
 
 
-def test_the_optimizer_is_decided_against_one_sgd_per_parameter_alone():
+def test_the_flat_sgd_is_kept_for_its_memory_unless_it_costs_time():
     assert choose_sgd({"sgd_ops": 9.0, "sgd": 2.0}) == ("sgd",)
-    assert choose_sgd({"sgd_ops": 9.0, "sgd": 8.8}) == ()  # within the margin
+    assert choose_sgd({"sgd_ops": 9.0, "sgd": 9.4}) == ("sgd",)  # within the margin
+    assert choose_sgd({"sgd_ops": 9.0, "sgd": 9.5}) == ()
     assert choose_sgd({"sgd_ops": 2.0, "sgd": 9.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_sgd({"sgd": 1.0})

@@ -104,3 +104,18 @@ def test_the_flat_path_is_skipped_where_it_does_not_apply(library):
         cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     assert scaled.flat is None  # loss-scale division: MindSpore's path
     assert plain.flat is not None
+
+
+def test_pynative_mode_updates_in_place_too(library):
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        _, _, got, read = _run(library, True)
+        _, _, expected, _ = _run(None, True)
+    finally:
+        ms.set_context(mode=mode)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert read[-1] == pytest.approx(
+        sum(float(got[f"w{i}.weight"].sum()) for i in range(4)), rel=1e-6
+    )
