@@ -24,6 +24,7 @@ lost on this CPU).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
@@ -34,6 +35,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,18 @@ def set_custom_kernel_library(path: str | None, kernels: tuple[str, ...] = KERNE
         raise ValueError(f"unknown msdet kernels {unknown}; choose from {KERNELS}")
     _library = path if kernels else None
     _kernels = tuple(k for k in KERNELS if k in kernels) if path else ()
+
+
+@contextlib.contextmanager
+def kernels_enabled(library: str | None, kernels: tuple[str, ...]) -> Iterator[None]:
+    """Models built inside the block run ``kernels`` on ``library`` (none: MindSpore's
+    operators); the setting before is restored after it (benchmarks, tests)."""
+    previous = _library, _kernels
+    set_custom_kernel_library(library, kernels)
+    try:
+        yield
+    finally:
+        set_custom_kernel_library(previous[0], previous[1])
 
 
 def user_cache_dir(name: str) -> str:

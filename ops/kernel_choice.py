@@ -16,9 +16,10 @@ in the network. Four variants: MindSpore's operators only, with msdet's depthwis
 with its BatchNorm + SiLU, with both; they alternate, several rounds. The 2x upsampling
 kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsamplings
 (forward and backward, the same batch and size): it shares no operator with the blocks;
-so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's transpose,
-on its [8, 85, 2,100] outputs (forward and backward), the optimizer (one SGD step over
-YOLOX-nano's parameters, one ``SGD`` operator per parameter or one for all), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
+so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's
+transpose, on its [8, 85, 2,100] outputs (forward and backward), the optimizer, on one SGD
+step over YOLOX-nano's parameters (the last two are kept unless they cost time: their gain
+is memory), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
 step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
@@ -444,12 +445,8 @@ def _spp(library: str, kernels: Sequence[str], rng) -> Any:
     from models.layers import SPPBottleneck
     from ops import cpu_kernels
 
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    cpu_kernels.set_custom_kernel_library(library, tuple(kernels))
-    try:
+    with cpu_kernels.kernels_enabled(library, tuple(kernels)):
         block = SPPBottleneck(SPP[0], SPP[0])
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1])
     for param in block.trainable_params():
         param.set_data(ms.Tensor(rng.uniform(-0.1, 0.1, param.shape).astype("float32")))
     scale = ms.Tensor(rng.uniform(0.5, 1.5, (1, SPP[0], SPP[1], SPP[1])).astype("float32"))
@@ -552,12 +549,8 @@ def _sgd(library: str, kernels: Sequence[str]) -> Any:
 
     network = build_model(load_model_config(SGD_MODEL), ASSIGN_CLASSES)
     recipe = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    cpu_kernels.set_custom_kernel_library(library, tuple(kernels))
-    try:
+    with cpu_kernels.kernels_enabled(library, tuple(kernels)):
         optimizer = build_optimizer(network, 1e-3, recipe)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1])
 
     class Update(nn.Cell):
         def __init__(self):

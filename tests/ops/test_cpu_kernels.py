@@ -68,6 +68,10 @@ def test_the_library_holds_every_kernel_and_takes_a_thread_count(library):
         "BatchNormSiluForward",
         "BatchNormSiluGrad",
         "BatchNormSiluInfer",
+        "SppPoolForward",
+        "SppPoolGrad",
+        "SwapLastAxes",
+        "FlatSGD",
     ):
         assert hasattr(lib, name), name
     try:
@@ -88,3 +92,19 @@ def test_the_cache_key_covers_every_source(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_kernels, "SOURCES", (str(edited), *cpu_kernels.SOURCES[1:]))
     # the same set with one file changed is another library (built from the edited file)
     assert build_kernel_library(str(tmp_path)) not in (None, first)
+
+
+def test_kernels_enabled_restores_the_setting_before_it(library):
+    cpu_kernels.set_custom_kernel_library(library, ("upsample", "nms"))
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with cpu_kernels.kernels_enabled(library, ("sgd",)):
+                assert cpu_kernels.custom_kernel_library("sgd") == library
+                assert cpu_kernels.custom_kernel_library("upsample") is None
+                raise RuntimeError("inside")
+        assert cpu_kernels.enabled_kernels() == ("upsample", "nms")
+        with cpu_kernels.kernels_enabled(None, ("sgd",)):
+            assert cpu_kernels.custom_kernel_library() is None
+        assert cpu_kernels.custom_kernel_library("nms") == library
+    finally:
+        cpu_kernels.set_custom_kernel_library(None)

@@ -26,9 +26,7 @@ def _optimizer(library, nesterov: bool):
         {"params": weights[:1], "weight_decay": 5e-4},
         {"params": weights[1:], "weight_decay": 0.0},
     ]
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    cpu_kernels.set_custom_kernel_library(library, ("sgd",) if library else ())
-    try:
+    with cpu_kernels.kernels_enabled(library, ("sgd",)):
         opt = DecayInKernelSGD(
             groups,
             learning_rate=[0.1, 0.05, 0.02, 0.01],
@@ -36,8 +34,6 @@ def _optimizer(library, nesterov: bool):
             nesterov=nesterov,
             weight_decay=0.0,
         )
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     return weights, opt
 
 
@@ -95,13 +91,9 @@ def test_one_operator_gives_mindspores_sgd_bits_and_parameters(library, nesterov
 
 def test_the_flat_path_is_skipped_where_it_does_not_apply(library):
     weights = [Parameter(ms.Tensor(np.ones(3, np.float32)), name="x.weight")]
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    cpu_kernels.set_custom_kernel_library(library, ("sgd",))
-    try:
+    with cpu_kernels.kernels_enabled(library, ("sgd",)):
         scaled = DecayInKernelSGD(weights, learning_rate=0.1, momentum=0.9, loss_scale=2.0)
         plain = DecayInKernelSGD(weights, learning_rate=0.1, momentum=0.9)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     assert scaled.flat is None  # loss-scale division: MindSpore's path
     assert plain.flat is not None
 

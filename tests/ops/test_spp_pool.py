@@ -121,16 +121,12 @@ def _routed(x: np.ndarray, dy: np.ndarray, first: bool) -> np.ndarray:
 
 
 def test_models_use_the_kernel_only_when_enabled_and_for_chained_5x5_pools(library):
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    try:
-        cpu_kernels.set_custom_kernel_library(library, ("spp",))
+    with cpu_kernels.kernels_enabled(library, ("spp",)):
         fast = SPPBottleneck(8, 8)
         backbone = CSPDarknet(0.33, 0.25, depthwise=True)
         unchained = SPPBottleneck(8, 8, kernel_sizes=(5, 7))
-        cpu_kernels.set_custom_kernel_library(library, ("upsample",))
+    with cpu_kernels.kernels_enabled(library, ("upsample",)):
         plain = SPPBottleneck(8, 8)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     assert fast.fused is not None and backbone.dark5[1].fused is not None
     assert unchained.fused is None and plain.fused is None
     ms.load_param_into_net(plain, fast.parameters_dict())

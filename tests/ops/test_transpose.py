@@ -41,14 +41,10 @@ def test_the_kernel_gives_transposes_bits_both_ways(library, shape):
 
 
 def test_the_head_uses_the_kernel_only_when_enabled(library):
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    try:
-        cpu_kernels.set_custom_kernel_library(library, ("transpose",))
+    with cpu_kernels.kernels_enabled(library, ("transpose",)):
         fast = YOLOXHead(3, width=0.25, in_channels=(256, 512, 1024), depthwise=True)
-        cpu_kernels.set_custom_kernel_library(library, ("upsample",))
+    with cpu_kernels.kernels_enabled(library, ("upsample",)):
         plain = YOLOXHead(3, width=0.25, in_channels=(256, 512, 1024), depthwise=True)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
     assert fast.swap is not None and plain.swap is None
     for mine, theirs in zip(plain.get_parameters(), fast.get_parameters(), strict=True):
         mine.set_data(theirs.data.copy())
