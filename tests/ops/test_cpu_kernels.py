@@ -97,11 +97,13 @@ def test_the_cache_key_covers_every_source(tmp_path, monkeypatch):
 def test_kernels_enabled_restores_the_setting_before_it(library):
     cpu_kernels.set_custom_kernel_library(library, ("upsample", "nms"))
     try:
-        with pytest.raises(RuntimeError, match="inside"):
-            with cpu_kernels.kernels_enabled(library, ("sgd",)):
-                assert cpu_kernels.custom_kernel_library("sgd") == library
-                assert cpu_kernels.custom_kernel_library("upsample") is None
-                raise RuntimeError("inside")
+        with (
+            pytest.raises(RuntimeError, match="inside"),
+            cpu_kernels.kernels_enabled(library, ("sgd",)),
+        ):
+            assert cpu_kernels.custom_kernel_library("sgd") == library
+            assert cpu_kernels.custom_kernel_library("upsample") is None
+            raise RuntimeError("inside")
         assert cpu_kernels.enabled_kernels() == ("upsample", "nms")
         with cpu_kernels.kernels_enabled(None, ("sgd",)):
             assert cpu_kernels.custom_kernel_library() is None
