@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from mindspore import Tensor, nn, ops
+from mindspore.ops import signature as sig
 
 
 def _first(first, *_):
@@ -20,7 +21,23 @@ def _first(first, *_):
 
 
 def _forward_shapes(x, gamma, *_):
-    return x, gamma, gamma, gamma, gamma
+    return x, gamma, gamma
+
+
+class _TrainingForward(ops.Custom):
+    """The training forward: it writes the running mean and variance (inputs 3 and 4) in
+    place, declared as MindSpore's own BatchNorm declares them (``RW_WRITE`` inputs of a
+    ``side_effect_mem`` primitive), so the graph passes the Parameters' memory and orders
+    every other use of them around the update."""
+
+    __mindspore_signature__ = (
+        sig.make_sig("x"),
+        sig.make_sig("gamma"),
+        sig.make_sig("beta"),
+        sig.make_sig("running_mean", sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T),
+        sig.make_sig("running_var", sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T),
+        sig.make_sig("hyper"),
+    )
 
 
 def _grad_shapes(x, gamma, *_):
@@ -36,8 +53,8 @@ def _dtypes(n: int):
 
 def batchnorm_silu_op(library: str):
     """``(x, gamma, beta, running mean, running variance, (eps, keep)) -> (silu(batchnorm(x)),
-    batch mean, batch variance, new running mean, new running variance)`` with its backward
-    attached; the batch variance is the biased one that normalises."""
+    batch mean, batch variance)`` with its backward attached, moving the running statistics
+    in place; the batch variance is the biased one that normalises."""
     grad = ops.Custom(
         f"{library}:BatchNormSiluGrad",
         out_shape=_grad_shapes,
@@ -51,25 +68,28 @@ def batchnorm_silu_op(library: str):
         zeros = ops.zeros_like
         return dx, dgamma, dbeta, zeros(running_mean), zeros(running_var), zeros(hyper)
 
-    return ops.Custom(
+    op = _TrainingForward(
         f"{library}:BatchNormSiluForward",
         out_shape=_forward_shapes,
-        out_dtype=_dtypes(5),
+        out_dtype=_dtypes(3),
         func_type="aot",
         bprop=bprop,
     )
+    op.add_prim_attr("side_effect_mem", True)
+    return op
 
 
 class BatchNormSiLU(nn.Cell):
     """``silu(bn(x))`` for an ``nn.BatchNorm2d`` ``bn``, on the kernel.
 
     Holds no parameters: the layer's own are passed in. Called, it normalises with the batch
-    statistics (training) and assigns the layer's ``moving_mean`` and ``moving_variance``
+    statistics (training) and moves the layer's ``moving_mean`` and ``moving_variance`` to
     the values MindSpore's BatchNorm would (running value weighted by its ``momentum``; the
     variance made unbiased, ``M / (M - 1)``); :meth:`infer` normalises with the running
-    statistics (evaluation). The update is computed in the kernel: as separate operators it
-    added ~10 small operators per layer, ~1,000 per YOLOX-nano step, whose launches cost more
-    than their arithmetic.
+    statistics (evaluation). The update is made in the kernel, in place: as separate
+    operators it added ~10 small operators per layer, ~1,000 per YOLOX-nano step, whose
+    launches cost more than their arithmetic, and an ``Assign`` of each statistic held
+    compiled-graph memory of its own (BENCHMARKS.md).
     """
 
     def __init__(self, eps: float, momentum: float, library: str):
@@ -85,11 +105,8 @@ class BatchNormSiLU(nn.Cell):
         self.hyper = Tensor(np.array([eps, momentum], np.float32))
 
     def construct(self, x, gamma, beta, moving_mean, moving_variance):
-        y, _, _, new_mean, new_var = self.op(
-            x, gamma, beta, moving_mean, moving_variance, self.hyper
-        )
-        y = ops.depend(y, ops.assign(moving_mean, new_mean))
-        return ops.depend(y, ops.assign(moving_variance, new_var))
+        y, _, _ = self.op(x, gamma, beta, moving_mean, moving_variance, self.hyper)
+        return y
 
     def infer(self, x, gamma, beta, moving_mean, moving_variance):
         return self.infer_op(x, gamma, beta, moving_mean, moving_variance, self.hyper)

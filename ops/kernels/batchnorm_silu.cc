@@ -10,9 +10,10 @@
 //
 // Semantics are MindSpore's nn.BatchNorm2d (training mode: batch statistics, biased
 // variance for normalising; evaluation: the running statistics) followed by x * sigmoid(x).
-// The training forward also returns the running statistics after the batch, which the
-// caller (ops/batchnorm_silu.py) assigns to the layer's parameters. Channels are split over
-// msdet_threads() threads (threads.h).
+// The training forward also moves the layer's running statistics by the batch, writing
+// them in place (ops/batchnorm_silu.py declares those two inputs written: an Assign per
+// statistic per layer held far more of the compiled graph's memory than its work is worth,
+// BENCHMARKS.md). Channels are split over msdet_threads() threads (threads.h).
 //
 // Layouts (float32, contiguous): x, y, dy, dx [N, C, H, W]; gamma, beta, batch and running
 // statistics, dgamma, dbeta [C]; (eps, keep) [2], keep being the weight of the running value
@@ -78,11 +79,11 @@ struct Dims {
   float *plane(float *base, int64_t img, int64_t ch) const { return base + (img * c + ch) * hw; }
 };
 
-// Also the running statistics after this batch: running * keep + batch * (1 - keep), the
-// variance made unbiased (M / (M - 1)) as MindSpore's BatchNorm does.
-void forward(const float *x, const float *gamma, const float *beta, const float *run_mean,
-             const float *run_var, float eps, float keep, float *y, float *mean_out,
-             float *var_out, float *new_mean, float *new_var, const Dims &d) {
+// Also the running statistics after this batch, in place: running * keep + batch *
+// (1 - keep), the variance made unbiased (M / (M - 1)) as MindSpore's BatchNorm does.
+void forward(const float *x, const float *gamma, const float *beta, float *run_mean,
+             float *run_var, float eps, float keep, float *y, float *mean_out, float *var_out,
+             const Dims &d) {
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static) num_threads(msdet_threads())
   for (int64_t ch = 0; ch < d.c; ++ch) {
@@ -121,8 +122,8 @@ void forward(const float *x, const float *gamma, const float *beta, const float 
     mean_out[ch] = mean;
     var_out[ch] = var;
     const double unbiased = count > 1.0 ? squares / (count - 1.0) : squares;
-    new_mean[ch] = run_mean[ch] * keep + mean * (1.0f - keep);
-    new_var[ch] = run_var[ch] * keep + static_cast<float>(unbiased) * (1.0f - keep);
+    run_mean[ch] = run_mean[ch] * keep + mean * (1.0f - keep);
+    run_var[ch] = run_var[ch] * keep + static_cast<float>(unbiased) * (1.0f - keep);
   }
 }
 
@@ -204,16 +205,16 @@ bool checked(int nparam, int expected, const int *ndims, int64_t **shapes, const
 
 }  // namespace
 
-// Inputs x, gamma, beta, running mean, running variance, (eps, keep); outputs y, batch mean,
-// batch variance (biased), new running mean, new running variance.
+// Inputs x, gamma, beta, running mean and running variance (both updated in place),
+// (eps, keep); outputs y, batch mean, batch variance (biased).
 extern "C" int BatchNormSiluForward(int nparam, void **params, int *ndims, int64_t **shapes,
                                     const char **dtypes, void *, void *) {
   Dims d;
-  if (!checked(nparam, 11, ndims, shapes, dtypes, &d) || shapes[5][0] != 2) return 1;
+  if (!checked(nparam, 9, ndims, shapes, dtypes, &d) || shapes[5][0] != 2) return 1;
+  if (shapes[3][0] != d.c || shapes[4][0] != d.c) return 1;
   auto in = [&](int i) { return static_cast<const float *>(params[i]); };
   auto out = [&](int i) { return static_cast<float *>(params[i]); };
-  forward(in(0), in(1), in(2), in(3), in(4), in(5)[0], in(5)[1], out(6), out(7), out(8), out(9),
-          out(10), d);
+  forward(in(0), in(1), in(2), out(3), out(4), in(5)[0], in(5)[1], out(6), out(7), out(8), d);
   return 0;
 }
 
