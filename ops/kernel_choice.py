@@ -83,8 +83,22 @@ ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
 # Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
 # passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
 NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
-# The optimizer's parameters: YOLOX-nano's, 80 classes.
-SGD_MODEL = "yolox_nano"
+# The optimizer's parameters: YOLOX-nano's at 80 classes, (shape, count), 912,159 values.
+# Convolution weights, with weight decay:
+SGD_WEIGHTS = (
+    ((1, 64, 1, 1), 3), ((4, 64, 1, 1), 3), ((16, 1, 3, 3), 2), ((16, 12, 3, 3), 1),
+    ((16, 16, 1, 1), 2), ((16, 32, 1, 1), 2), ((32, 1, 3, 3), 5), ((32, 16, 1, 1), 1),
+    ((32, 32, 1, 1), 9), ((32, 64, 1, 1), 2), ((32, 128, 1, 1), 2), ((64, 1, 3, 3), 19),
+    ((64, 32, 1, 1), 1), ((64, 64, 1, 1), 26), ((64, 128, 1, 1), 6), ((64, 256, 1, 1), 3),
+    ((80, 64, 1, 1), 3), ((128, 1, 3, 3), 4), ((128, 64, 1, 1), 1), ((128, 128, 1, 1), 8),
+    ((128, 256, 1, 1), 6), ((256, 128, 1, 1), 1), ((256, 256, 1, 1), 2), ((256, 512, 1, 1), 1),
+)  # fmt: skip
+# BatchNorm scales and shifts, biases: no decay.
+SGD_VECTORS = (
+    ((1,), 3), ((4,), 3), ((16,), 14), ((32,), 38), ((64,), 110), ((80,), 3), ((128,), 38),
+    ((256,), 8),
+)  # fmt: skip
+SGD_RECIPE = (0.9, 5e-4)  # momentum (Nesterov), weight decay: the yolox recipe
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
@@ -336,10 +350,10 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
     assign_compile_s, assigner_ms = _time_alternating(assign_steps, _assigner_inputs(rng), rounds)
     nms_steps = {name: _nms(library, kernels) for name, kernels in NMS_VARIANTS.items()}
     nms_compile_s, nms_ms = _time_alternating(nms_steps, (_nms_input(rng),), rounds)
-    sgd_steps = {name: _sgd(library, kernels) for name, kernels in SGD_VARIANTS.items()}
+    sgd_steps = {name: _sgd(library, kernels, rng) for name, kernels in SGD_VARIANTS.items()}
     grads = tuple(
         ms.Tensor(rng.standard_normal(p.shape).astype(np.float32) * 1e-3)
-        for p in sgd_steps["sgd"].optimizer.parameters
+        for p in sgd_steps["sgd"].weights
     )
     sgd_compile_s, sgd_ms = _time_alternating(sgd_steps, grads, rounds)
     chosen = (
@@ -437,30 +451,50 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
 
 
 def _spp(library: str, kernels: Sequence[str], rng) -> Any:
-    """YOLOX-nano's SPP block (1x1 convolution, pools, 1x1 convolution), its pools on
-    msdet's kernel if ``kernels`` has it; the output weighted so every gradient differs."""
+    """YOLOX-nano's SPP block: a 1x1 convolution to half the channels, the three chained 5x5
+    pools concatenated with their input, a 1x1 convolution back (``models.layers.
+    SPPBottleneck`` without its BatchNorms); the pools on msdet's kernel if ``kernels`` has
+    it, else ``MaxPool2d`` + ``Concat``; the output weighted so every gradient differs."""
     import mindspore as ms
-    from mindspore import nn
+    from mindspore import nn, ops
 
-    from models.layers import SPPBottleneck
-    from ops import cpu_kernels
+    from ops.spp_pool import spp_pools_op
 
-    with cpu_kernels.kernels_enabled(library, tuple(kernels)):
-        block = SPPBottleneck(SPP[0], SPP[0])
-    for param in block.trainable_params():
-        param.set_data(ms.Tensor(rng.uniform(-0.1, 0.1, param.shape).astype("float32")))
-    scale = ms.Tensor(rng.uniform(0.5, 1.5, (1, SPP[0], SPP[1], SPP[1])).astype("float32"))
+    channels, side = SPP
+    hidden = channels // 2
 
-    class Weighted(nn.Cell):
+    def weight(shape):  # no MindSpore initialiser: its random state is not touched
+        return ms.Tensor(rng.uniform(-0.1, 0.1, shape).astype("float32"))
+
+    class Block(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.block = block
-            self.scale = scale
+            self.conv1 = nn.Conv2d(
+                channels, hidden, 1, weight_init=weight((hidden, channels, 1, 1))
+            )
+            self.pools = nn.CellList([nn.MaxPool2d(5, 1, pad_mode="same") for _ in range(3)])
+            self.fused = spp_pools_op(library, 3) if "spp" in kernels else None
+            self.conv2 = nn.Conv2d(
+                4 * hidden, channels, 1, weight_init=weight((channels, 4 * hidden, 1, 1))
+            )
+            self.scale = ms.Tensor(
+                rng.uniform(0.5, 1.5, (1, channels, side, side)).astype("float32")
+            )
 
         def construct(self, x):
-            return self.block(x) * self.scale
+            x = self.conv1(x)
+            if self.fused is None:
+                pooled = [x]
+                y = x
+                for pool in self.pools:
+                    y = pool(y)
+                    pooled.append(y)
+                y = ops.concat(pooled, 1)
+            else:
+                y = self.fused(x)
+            return self.conv2(y) * self.scale
 
-    return Weighted()
+    return Block()
 
 
 def _swap(library: str, kernels: Sequence[str], rng) -> Any:
@@ -534,33 +568,54 @@ def _assigner_inputs(rng) -> tuple:
     )
 
 
-def _sgd(library: str, kernels: Sequence[str]) -> Any:
-    """One optimizer step of the training recipe's SGD (momentum 0.9, Nesterov, weight
-    decay 5e-4 on the weights) over YOLOX-nano's parameters, on msdet's kernel if
-    ``kernels`` has it; called with the gradients, returns (the first weight's sum after
-    the step,)."""
+def _sgd(library: str, kernels: Sequence[str], rng) -> Any:
+    """One step of SGD with Nesterov momentum and weight decay over YOLOX-nano's parameters
+    (:data:`SGD_WEIGHTS`, :data:`SGD_VECTORS`): one ``SGD`` operator per parameter, as
+    ``engine.optim`` runs it on MindSpore's operators, or msdet's one operator for all if
+    ``kernels`` has it. Called with the gradients; returns (the first weight's sum after the
+    step,), so the update must have run."""
     import mindspore as ms
+    import numpy as np
     from mindspore import nn, ops
-    from omegaconf import OmegaConf
 
-    from engine.optim import build_optimizer
-    from models.yolox import build_model, load_model_config
-    from ops import cpu_kernels
+    from ops.sgd import flat_sgd_op
 
-    network = build_model(load_model_config(SGD_MODEL), ASSIGN_CLASSES)
-    recipe = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
-    with cpu_kernels.kernels_enabled(library, tuple(kernels)):
-        optimizer = build_optimizer(network, 1e-3, recipe)
+    momentum, decay = SGD_RECIPE
+    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+    decays = [decay if len(shape) > 1 else 0.0 for shape in shapes]
+
+    def f32(*values):
+        return ms.Tensor(np.array(values, np.float32))
 
     class Update(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.optimizer = optimizer
+            self.weights = ms.ParameterTuple(
+                ms.Parameter(f32(*rng.uniform(-0.1, 0.1, shape).ravel()).reshape(shape), f"w{i}")
+                for i, shape in enumerate(shapes)
+            )
+            self.accum = self.weights.clone("accum", "zeros")
+            self.stat = self.weights.clone("stat", "ones")
+            self.lr, self.momentum, self.decays = f32(1e-3), f32(momentum), f32(*decays)
+            self.settings = (f32(0.0), f32(1.0))  # dampening, Nesterov
+            self.flat = flat_sgd_op(library, len(shapes)) if "sgd" in kernels else None
+            self.each = tuple(ops.SGD(0.0, d, True) for d in decays)
 
         def construct(self, *grads):
-            done = self.optimizer(grads)
+            if self.flat is None:
+                done = ()
+                for op, weight, grad, accum, stat in zip(
+                    self.each, self.weights, grads, self.accum, self.stat
+                ):
+                    done = done + (op(weight, grad, self.lr, accum, self.momentum, stat),)
+            else:
+                dampening, nesterov = self.settings
+                done = self.flat(
+                    self.lr, self.momentum, dampening, nesterov, self.decays,
+                    *grads, *self.weights, *self.accum, *self.stat,
+                )  # fmt: skip
             after = ops.depend(ops.zeros((), ms.float32), done)
-            return (after + self.optimizer.parameters[0].sum(),)
+            return (after + self.weights[0].sum(),)
 
     return Update()
 
