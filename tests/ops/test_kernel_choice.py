@@ -12,6 +12,8 @@ from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
     NMS_VARIANTS,
     SGD_VARIANTS,
+    SGD_VECTORS,
+    SGD_WEIGHTS,
     SPP_VARIANTS,
     TRANSPOSE_VARIANTS,
     UPSAMPLE_VARIANTS,
@@ -144,6 +146,17 @@ def test_the_flat_sgd_is_kept_for_its_memory_unless_it_costs_time():
     assert choose_sgd({"sgd_ops": 2.0, "sgd": 9.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_sgd({"sgd": 1.0})
+
+
+def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
+    from collections import Counter
+
+    from engine.optim import split_decay_params
+    from models.yolox import build_model, load_model_config
+
+    decay, no_decay = split_decay_params(build_model(load_model_config("yolox_nano"), 80))
+    assert Counter(tuple(p.shape) for p in decay) == dict(SGD_WEIGHTS)
+    assert Counter(tuple(p.shape) for p in no_decay) == dict(SGD_VECTORS)
 
 
 def test_describe_is_one_line_with_the_figures():
