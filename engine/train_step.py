@@ -52,6 +52,8 @@ from mindspore import Parameter, ParameterTuple, nn, ops
 
 from engine.step_stats import StepStatistics
 from models.checkpoint import EMA_PREFIX, CheckpointError
+from ops.cpu_kernels import custom_kernel_library
+from ops.ema import flat_ema_op
 
 ACCUMULATE_PREFIX = "accumulate."  # the accumulation window's Parameters (k > 1 only)
 # ModelEMA's flat buffer: never saved under this name (checkpoints hold ema.<name> entries).
@@ -130,11 +132,18 @@ class ModelEMA(nn.Cell):
             ms.Tensor(0.0, ms.float32), name="ema_updates", requires_grad=False
         )
         self.hyper_map = ops.HyperMap()
+        # On CPU, the update as one operator reading the parameters in place (ops.ema: the
+        # same bits), where the device module enabled msdet's ema kernel.
+        library = custom_kernel_library("ema")
+        float32 = all(a.dtype == np.float32 for a in arrays)
+        self.flat = flat_ema_op(library, len(params)) if library and float32 and params else None
 
     def construct(self):
         updates = self.updates + 1.0
         ops.assign(self.updates, updates)
         d = self.decay * (1.0 - ops.exp(-updates / EMA_RAMP))
+        if self.flat is not None:
+            return self.flat(1.0 - d, *self.sources, self.buffer)
         # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel
         values = ops.concat(self.hyper_map(_flat_value, self.sources))
         return ops.assign(self.buffer, ops.lerp(self.buffer, values, 1.0 - d))

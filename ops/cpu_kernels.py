@@ -1,14 +1,14 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves eight spots of YOLOX slow or large (BENCHMARKS.md):
+MindSpore 2.10's CPU backend leaves nine spots of YOLOX slow or large (BENCHMARKS.md):
 depthwise convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
 element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
 slow ``Tile`` and a ``ReduceSum``, SPP's max-pools have a slow ``MaxPoolGrad``, the head's
 ``Transpose`` keeps an index per element, SimOTA's assignment runs as ~100 small operators
-over [B, M, A], ``NMSWithMask`` works on every candidate slot, valid or not, and SGD runs
-one operator per parameter. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``,
-``ops.spp_pool``, ``ops.transpose``, ``ops.assigner``, ``ops.nms`` and ``ops.sgd`` put
-them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
+over [B, M, A], ``NMSWithMask`` works on every candidate slot, valid or not, SGD runs one
+operator per parameter, and the EMA reshapes every parameter into one buffer.
+``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.spp_pool``,
+``ops.transpose``, ``ops.assigner``, ``ops.nms``, ``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
 ``kernels/``. The library is compiled once with the system C++ compiler and optimisation
 flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
 outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
@@ -71,6 +71,7 @@ KERNELS = (
     "assigner",
     "nms",
     "sgd",
+    "ema",
 )
 LABELS = {
     "depthwise": "depthwise convolutions",
@@ -81,6 +82,7 @@ LABELS = {
     "assigner": "SimOTA's assignment",
     "nms": "NMS",
     "sgd": "SGD",
+    "ema": "the EMA",
 }
 # The default of a ``library`` argument (ops.assigner, ops.nms): ask
 # :func:`custom_kernel_library`; an explicit path or None (MindSpore's operators) is what

@@ -18,9 +18,10 @@ kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsa
 (forward and backward, the same batch and size): it shares no operator with the blocks;
 so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's
 transpose, on its [8, 85, 2,100] outputs (forward and backward), the optimizer, on one SGD
-step over YOLOX-nano's parameters (the last two are kept unless they cost time: their gain
-is memory), SimOTA's two operators (pairwise terms, matching), on the assigner at the training
-step's shapes (batch 8, 50 target rows, 2,100 anchors), and the greedy NMS operator, on
+step over YOLOX-nano's parameters, the EMA, on one update over them (the last three are
+kept unless they cost time: their gain is memory), SimOTA's two operators (pairwise terms,
+matching), on the assigner at the training step's shapes (batch 8, 50 target rows, 2,100
+anchors), and the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
@@ -63,6 +64,8 @@ ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assign
 NMS_VARIANTS: dict[str, tuple[str, ...]] = {"nms_with_mask": (), "nms": ("nms",)}
 # The optimizer's two variants, likewise.
 SGD_VARIANTS: dict[str, tuple[str, ...]] = {"sgd_ops": (), "sgd": ("sgd",)}
+# The EMA's two variants, likewise.
+EMA_VARIANTS: dict[str, tuple[str, ...]] = {"ema_ops": (), "ema": ("ema",)}
 # A variant replaces MindSpore's operators only when its median step is at least this much
 # faster: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
@@ -167,6 +170,14 @@ def _winner(
     return ()
 
 
+def choose_ema(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("ema",)`` unless the EMA's update in one operator is slower than MindSpore's
+    ``Reshape``s, ``Concat``, ``Lerp`` and ``Assign`` by ``margin`` (kept for its memory, as
+    :func:`choose_sgd`), else ``()``; ``median_ms`` maps each name of :data:`EMA_VARIANTS`
+    to its median time."""
+    return _not_slower(EMA_VARIANTS, median_ms, margin)
+
+
 def _not_slower(
     variants: Mapping[str, tuple[str, ...]], median_ms: Mapping[str, float], margin: float
 ) -> tuple[str, ...]:
@@ -237,6 +248,7 @@ def describe(record: Mapping[str, Any]) -> str:
         **(record.get("assigner_ms") or {}),
         **(record.get("nms_ms") or {}),
         **(record.get("sgd_ms") or {}),
+        **(record.get("ema_ms") or {}),
     }
     names = (
         *VARIANTS,
@@ -246,6 +258,7 @@ def describe(record: Mapping[str, Any]) -> str:
         *ASSIGNER_VARIANTS,
         *NMS_VARIANTS,
         *SGD_VARIANTS,
+        *EMA_VARIANTS,
     )
     figures = ", ".join(f"{name} {times[name]:.0f} ms" for name in names if name in times)
     chosen = kernels_text(record.get("kernels", []))
@@ -356,6 +369,8 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         for p in sgd_steps["sgd"].weights
     )
     sgd_compile_s, sgd_ms = _time_alternating(sgd_steps, grads, rounds)
+    ema_steps = {name: _ema(library, kernels, rng) for name, kernels in EMA_VARIANTS.items()}
+    ema_compile_s, ema_ms = _time_alternating(ema_steps, (), rounds)
     chosen = (
         choose(median_ms)
         + choose_upsample(upsample_ms)
@@ -364,6 +379,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         + choose_assigner(assigner_ms)
         + choose_nms(nms_ms)
         + choose_sgd(sgd_ms)
+        + choose_ema(ema_ms)
     )
     return {
         "kernels": list(chosen),
@@ -374,6 +390,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         "assigner_ms": assigner_ms,
         "nms_ms": nms_ms,
         "sgd_ms": sgd_ms,
+        "ema_ms": ema_ms,
         "first_call_s": {
             **compile_s,
             **up_compile_s,
@@ -382,6 +399,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
             **assign_compile_s,
             **nms_compile_s,
             **sgd_compile_s,
+            **ema_compile_s,
         },
         "threads": int(threads),
         "margin": MARGIN,
@@ -616,6 +634,44 @@ def _sgd(library: str, kernels: Sequence[str], rng) -> Any:
                 )  # fmt: skip
             after = ops.depend(ops.zeros((), ms.float32), done)
             return (after + self.weights[0].sum(),)
+
+    return Update()
+
+
+def _ema(library: str, kernels: Sequence[str], rng) -> Any:
+    """One update of a flat EMA buffer over YOLOX-nano's trainable parameters (the table of
+    :func:`_sgd`; the model's EMA also averages its BatchNorm statistics): ``Reshape``s,
+    ``Concat``, ``Lerp`` and ``Assign``, as ``engine.train_step.ModelEMA`` runs on
+    MindSpore's operators, or msdet's one operator if ``kernels`` has it. Returns (the
+    buffer's first value after the update,)."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    from ops.ema import flat_ema_op
+
+    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+
+    class Update(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.sources = ms.ParameterTuple(
+                ms.Parameter(ms.Tensor(rng.standard_normal(shape).astype(np.float32)), f"p{i}")
+                for i, shape in enumerate(shapes)
+            )
+            total = sum(int(np.prod(shape)) for shape in shapes)
+            self.buffer = ms.Parameter(ms.Tensor(np.zeros(total, np.float32)), "buffer")
+            self.weight = ms.Tensor(np.array([1e-4], np.float32))
+            self.flat = flat_ema_op(library, len(shapes)) if "ema" in kernels else None
+
+        def construct(self):
+            if self.flat is None:
+                values = ops.concat([p.reshape((-1,)) for p in self.sources])
+                done = ops.assign(self.buffer, ops.lerp(self.buffer, values, self.weight))
+            else:
+                done = self.flat(self.weight, *self.sources, self.buffer)
+            after = ops.depend(ops.zeros((), ms.float32), done)
+            return (after + self.buffer[0],)
 
     return Update()
 

@@ -10,6 +10,7 @@ from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
+    EMA_VARIANTS,
     NMS_VARIANTS,
     SGD_VARIANTS,
     SGD_VECTORS,
@@ -22,6 +23,7 @@ from ops.kernel_choice import (
     choice_path,
     choose,
     choose_assigner,
+    choose_ema,
     choose_nms,
     choose_sgd,
     choose_spp,
@@ -148,6 +150,14 @@ def test_the_flat_sgd_is_kept_for_its_memory_unless_it_costs_time():
         choose_sgd({"sgd": 1.0})
 
 
+def test_the_flat_ema_is_kept_for_its_memory_unless_it_costs_time():
+    assert choose_ema({"ema_ops": 3.0, "ema": 1.0}) == ("ema",)
+    assert choose_ema({"ema_ops": 3.0, "ema": 3.1}) == ("ema",)  # within the margin
+    assert choose_ema({"ema_ops": 3.0, "ema": 3.3}) == ()
+    with pytest.raises(ValueError, match="no time for"):
+        choose_ema({"ema": 1.0})
+
+
 def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
     from collections import Counter
 
@@ -180,8 +190,10 @@ def test_describe_is_one_line_with_the_figures():
     }
     every_record["kernels"] = list(KERNELS)
     every_record["sgd_ms"] = {"sgd_ops": 9.3, "sgd": 2.2}
+    every_record["ema_ms"] = {"ema_ops": 3.1, "ema": 1.2}
     every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
-    assert "the head's transpose, SimOTA's assignment, NMS and SGD on msdet's" in every
+    assert "the head's transpose, SimOTA's assignment, NMS, SGD and the EMA on msdet's" in every
+    assert "ema_ops 3 ms" in every and "ema 1 ms" in every
     assert "sgd_ops 9 ms" in every and "sgd 2 ms" in every
     assert "transpose_op 6 ms" in every and "transpose 2 ms" in every
     assert "max_pool 14 ms" in every and "spp 4 ms" in every
@@ -193,8 +205,8 @@ def test_describe_is_one_line_with_the_figures():
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
     decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
-    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_nms` and
-    :func:`choose_sgd` make from the times."""
+    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_nms`,
+    :func:`choose_sgd` and :func:`choose_ema` make from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
     assert set(result["median_ms"]) == set(VARIANTS)
@@ -207,6 +219,8 @@ def test_the_benchmark_measures_every_variant(library):
     assert all(t > 0 for t in result["transpose_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
+    assert set(result["ema_ms"]) == set(EMA_VARIANTS)
+    assert all(t > 0 for t in result["ema_ms"].values())
     assert set(result["sgd_ms"]) == set(SGD_VARIANTS)
     assert all(t > 0 for t in result["sgd_ms"].values())
     assert set(result["nms_ms"]) == set(NMS_VARIANTS)
@@ -219,6 +233,7 @@ def test_the_benchmark_measures_every_variant(library):
         + choose_assigner(result["assigner_ms"])
         + choose_nms(result["nms_ms"])
         + choose_sgd(result["sgd_ms"])
+        + choose_ema(result["ema_ms"])
     )
     assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
