@@ -59,10 +59,10 @@ def msdet_category(op_type: str, scope: str) -> str:
         return DENSE_BWD
     if "BatchNormSiLU" in scope or op_type.startswith("BatchNorm") or "/_SiLU" in scope:
         return BN_SILU
-    # MindSpore's pools, or msdet's pools kernel: SPPBottleneck's own Custom, either way
+    # MindSpore's pools, or msdet's pools kernel (SPPBottleneck's own Custom, either way)
     if op_type.startswith("MaxPool") or "SPPBottleneck/Custom" in scope:
         return POOL
-    if "SPPBottleneck/Grad_Custom" in scope:
+    if "SPPBottleneck/Grad_Custom" in scope:  # (Grad_Custom/Custom-opN)
         return POOL
     if "optimizer" in scope or "/ema-" in scope:
         return OPTIM

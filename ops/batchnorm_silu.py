@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 from mindspore import Tensor, nn, ops
-from mindspore.ops import signature as sig
+
+from ops.inplace import in_place_op
 
 
 def _first(first, *_):
@@ -22,22 +23,6 @@ def _first(first, *_):
 
 def _forward_shapes(x, gamma, *_):
     return x, gamma, gamma
-
-
-class _TrainingForward(ops.Custom):
-    """The training forward: it writes the running mean and variance (inputs 3 and 4) in
-    place, declared as MindSpore's own BatchNorm declares them (``RW_WRITE`` inputs of a
-    ``side_effect_mem`` primitive), so the graph passes the Parameters' memory and orders
-    every other use of them around the update."""
-
-    __mindspore_signature__ = (
-        sig.make_sig("x"),
-        sig.make_sig("gamma"),
-        sig.make_sig("beta"),
-        sig.make_sig("running_mean", sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T),
-        sig.make_sig("running_var", sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T),
-        sig.make_sig("hyper"),
-    )
 
 
 def _grad_shapes(x, gamma, *_):
@@ -68,15 +53,16 @@ def batchnorm_silu_op(library: str):
         zeros = ops.zeros_like
         return dx, dgamma, dbeta, zeros(running_mean), zeros(running_var), zeros(hyper)
 
-    op = _TrainingForward(
+    # The running statistics are written in place (ops.inplace), as MindSpore's own
+    # BatchNorm writes them: the graph passes the Parameters and orders their other uses.
+    return in_place_op(
         f"{library}:BatchNormSiluForward",
-        out_shape=_forward_shapes,
-        out_dtype=_dtypes(3),
-        func_type="aot",
-        bprop=bprop,
+        ["x", "gamma", "beta", "running_mean", "running_var", "hyper"],
+        {"running_mean", "running_var"},
+        _forward_shapes,
+        _dtypes(3),
+        bprop,
     )
-    op.add_prim_attr("side_effect_mem", True)
-    return op
 
 
 class BatchNormSiLU(nn.Cell):

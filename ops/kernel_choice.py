@@ -155,21 +155,6 @@ def choose_sgd(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[
     return _not_slower(SGD_VARIANTS, median_ms, margin)
 
 
-def _winner(
-    variants: Mapping[str, tuple[str, ...]], median_ms: Mapping[str, float], margin: float
-) -> tuple[str, ...]:
-    """The kernels of the fastest of ``variants`` if it beats the first (MindSpore's
-    operators) by ``margin``, else none."""
-    missing = [name for name in variants if name not in median_ms]
-    if missing:
-        raise ValueError(f"kernel benchmark has no time for {missing}")
-    baseline = next(iter(variants))
-    best = min(variants, key=lambda name: median_ms[name])
-    if median_ms[best] < (1.0 - margin) * median_ms[baseline]:
-        return variants[best]
-    return ()
-
-
 def choose_ema(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
     """``("ema",)`` unless the EMA's update in one operator is slower than MindSpore's
     ``Reshape``s, ``Concat``, ``Lerp`` and ``Assign`` by ``margin`` (kept for its memory, as
@@ -178,19 +163,36 @@ def choose_ema(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[
     return _not_slower(EMA_VARIANTS, median_ms, margin)
 
 
+def _winner(
+    variants: Mapping[str, tuple[str, ...]], median_ms: Mapping[str, float], margin: float
+) -> tuple[str, ...]:
+    """The kernels of the fastest of ``variants`` if it beats the first (MindSpore's
+    operators) by ``margin``, else none."""
+    _check_times(variants, median_ms)
+    baseline = next(iter(variants))
+    best = min(variants, key=lambda name: median_ms[name])
+    if median_ms[best] < (1.0 - margin) * median_ms[baseline]:
+        return variants[best]
+    return ()
+
+
 def _not_slower(
     variants: Mapping[str, tuple[str, ...]], median_ms: Mapping[str, float], margin: float
 ) -> tuple[str, ...]:
     """The kernels of the second of two ``variants`` unless it is slower than the first
     (MindSpore's operators) by ``margin``: for kernels whose gain is memory, which a time
     benchmark cannot show, and which must only not cost time."""
-    missing = [name for name in variants if name not in median_ms]
-    if missing:
-        raise ValueError(f"kernel benchmark has no time for {missing}")
+    _check_times(variants, median_ms)
     baseline, kernel = variants
     if median_ms[kernel] <= (1.0 + margin) * median_ms[baseline]:
         return variants[kernel]
     return ()
+
+
+def _check_times(variants: Mapping[str, Any], median_ms: Mapping[str, float]) -> None:
+    missing = [name for name in variants if name not in median_ms]
+    if missing:
+        raise ValueError(f"kernel benchmark has no time for {missing}")
 
 
 def choice_path(library: str, threads: int) -> str:

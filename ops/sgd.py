@@ -4,25 +4,14 @@ updates them in place (``kernels/sgd.cc``: MindSpore's ``SGD`` arithmetic, the s
 MindSpore runs one ``SGD`` operator per parameter (330 for YOLOX-nano); each costs compiled-
 graph memory and runtime time out of proportion to its work. :func:`flat_sgd_op` returns a
 primitive that takes every gradient, weight, momentum buffer and first-step flag at once and
-declares the last three written (``RW_WRITE`` inputs of a ``side_effect_mem`` primitive, as
-MindSpore's own optimizer primitives do), so the graph orders later reads of the weights
-after it and copies nothing. ``engine.optim.DecayInKernelSGD`` uses it when
+declares the last three written (``ops.inplace``), so the graph orders later reads of the
+weights after it and copies nothing. ``engine.optim.DecayInKernelSGD`` uses it when
 ``ops.cpu_kernels`` has a library enabled for ``"sgd"``.
 """
 
 from __future__ import annotations
 
-import mindspore as ms
-from mindspore import ops
-from mindspore.ops import signature as sig
-
-
-def _flag(*_shapes):
-    return (1,)
-
-
-def _float32(*_dtypes):
-    return ms.float32
+from ops.inplace import flag_shape, float32, in_place_op
 
 
 def flat_sgd_op(library: str, count: int):
@@ -30,16 +19,7 @@ def flat_sgd_op(library: str, count: int):
     decays [count], *grads, *weights, *accums, *stats)`` (scalars as float32 tensors;
     ``nesterov`` 0 or 1); returns a float32 flag [1] and writes the weights, accumulators
     and stats in place."""
-    read = tuple(sig.make_sig(f"in{i}") for i in range(5 + count))
-    written = tuple(
-        sig.make_sig(f"{part}{i}", sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T)
-        for part in ("weight", "accum", "stat")
-        for i in range(count)
-    )
-
-    class FlatSGD(ops.Custom):
-        __mindspore_signature__ = read + written
-
-    op = FlatSGD(f"{library}:FlatSGD", out_shape=_flag, out_dtype=_float32, func_type="aot")
-    op.add_prim_attr("side_effect_mem", True)
-    return op
+    read = ["lr", "momentum", "dampening", "nesterov", "decays"]
+    read += [f"grad{i}" for i in range(count)]
+    written = [f"{part}{i}" for part in ("weight", "accum", "stat") for i in range(count)]
+    return in_place_op(f"{library}:FlatSGD", read + written, set(written), flag_shape, float32)
