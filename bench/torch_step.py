@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "img_size": args.img,
         "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "first_step_s": round(first, 3),
         ("batch_s" if args.infer else "step_s"): round(t, 4),
         "images_per_s": round(args.batch / t, 2),

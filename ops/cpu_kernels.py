@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +44,10 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 SOURCES = tuple(sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cc"))))
 HEADERS = tuple(sorted(glob.glob(os.path.join(KERNEL_DIR, "*.h"))))
 COMPILER_VAR = "CXX"  # the compiler used: $CXX, else g++
+# Extra compiler flags, appended after CXX_FLAGS (and part of the cache key): for example
+# "-mno-avx512f" builds for this CPU without AVX-512, as on an AVX2-only CPU of the same
+# family (bench.compare_torch --isa avx2).
+FLAGS_VAR = "MSDET_KERNEL_FLAGS"
 CACHE_VAR = "MSDET_CACHE_DIR"
 # -march=native: the inner loops are vectorised for this CPU (the cache key holds the CPU,
 # see _cpu_signature); -fopenmp: outer loops split over a thread team (kernels/threads.h).
@@ -173,6 +178,11 @@ def _compiler_version(compiler: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def compiler_flags() -> tuple[str, ...]:
+    """CXX_FLAGS followed by those in ``$MSDET_KERNEL_FLAGS`` (split as a shell would)."""
+    return CXX_FLAGS + tuple(shlex.split(os.environ.get(FLAGS_VAR, "")))
+
+
 def build_kernel_library(cache_dir: str | None = None) -> str | None:
     """Compile the kernels (once per sources/compiler/flags/CPU) and return the .so.
 
@@ -188,7 +198,8 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
     for path in SOURCES + HEADERS:
         with open(path, "rb") as f:
             key.update(os.path.basename(path).encode() + b"\0" + f.read() + b"\0")
-    for part in (version, " ".join(CXX_FLAGS), _cpu_signature()):
+    flags = compiler_flags()
+    for part in (version, " ".join(flags), _cpu_signature()):
         key.update(part.encode() + b"\0")
     cache_dir = cache_dir or default_cache_dir()
     lib = os.path.join(cache_dir, f"msdet_kernels-{key.hexdigest()[:16]}.so")
@@ -201,7 +212,7 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
         # file.
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
-        cmd = [compiler, *CXX_FLAGS, "-I", KERNEL_DIR, *SOURCES, "-o", tmp]
+        cmd = [compiler, *flags, "-I", KERNEL_DIR, *SOURCES, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]

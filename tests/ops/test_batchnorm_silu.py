@@ -145,7 +145,7 @@ def test_ordinary_inputs_raise_no_subnormal(tmp_path):
     compiler = os.environ.get(cpu_kernels.COMPILER_VAR) or "g++"
     if platform.machine().lower() not in ("x86_64", "amd64") or not shutil.which(compiler):
         pytest.skip("needs an x86 CPU (its MXCSR flags) and a C++ compiler")
-    flags = [f for f in cpu_kernels.CXX_FLAGS if f not in ("-shared", "-fPIC")]
+    flags = [f for f in cpu_kernels.compiler_flags() if f not in ("-shared", "-fPIC")]
     harness = os.path.join(os.path.dirname(__file__), "batchnorm_silu_fp_flags.cc")
     binary = str(tmp_path / "fp_flags")
     subprocess.run(

@@ -50,6 +50,36 @@ def test_broken_compiler_falls_back(tmp_path, monkeypatch, caplog):
     assert os.listdir(cache) == []  # no half-written library left behind
 
 
+def test_extra_flags_reach_the_compiler_and_the_cache_key(tmp_path, monkeypatch):
+    """$MSDET_KERNEL_FLAGS is appended to the flags, split as a shell splits it, and builds
+    another library than the flags without it (an AVX2 build never replaces the native)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "cxx"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo fake 1.0; exit 0; fi\n'
+        f'for a in "$@"; do echo "$a" >> {calls}; done; echo --- >> {calls}\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then echo lib > "$2"; fi; shift; done\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    cache = str(tmp_path / "cache")
+    monkeypatch.delenv(cpu_kernels.FLAGS_VAR, raising=False)
+    plain = build_kernel_library(cache)
+    monkeypatch.setenv(cpu_kernels.FLAGS_VAR, "-mno-avx512f -DNOTE='two words'")
+    extra = build_kernel_library(cache)
+    assert plain is not None and extra is not None and extra != plain
+    first, second = calls.read_text().split("---\n")[:2]
+    assert "-mno-avx512f" not in first.splitlines()
+    args = second.splitlines()
+    assert args[: len(cpu_kernels.CXX_FLAGS)] == list(cpu_kernels.CXX_FLAGS)
+    assert args[len(cpu_kernels.CXX_FLAGS) : len(cpu_kernels.CXX_FLAGS) + 2] == [
+        "-mno-avx512f",
+        "-DNOTE=two words",
+    ]
+    assert build_kernel_library(cache) == extra  # cached under its own key
+
+
 def test_unwritable_cache_falls_back(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
