@@ -24,7 +24,6 @@ import sys
 
 from bench.common import print_header, print_result, read_result
 
-
 # Environment per side for ``--isa``. "avx2": PyTorch's own kernels (ATen's dispatch), its
 # oneDNN and MKL capped at AVX2; msdet's kernel library compiled for this CPU without
 # AVX-512 (its oneDNN is capped at AVX2 on every CPU, engine.device). Left as they are:
