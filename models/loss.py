@@ -14,25 +14,8 @@ from mindspore import Parameter, nn, ops
 
 from models.head import decode_boxes
 from ops.assigner import SimOTAAssigner
+from ops.bce import BCEWithLogits, ClassBCE
 from ops.boxes import aligned_iou_cxcywh
-
-
-def bce_with_logits(logits: ms.Tensor, targets: ms.Tensor) -> ms.Tensor:
-    """Element-wise binary cross entropy on logits, in the numerically stable form."""
-    return ops.relu(logits) - logits * targets + ops.log1p(ops.exp(-ops.abs(logits)))
-
-
-class BCEWithLogits(nn.Cell):
-    """:func:`bce_with_logits` with the gradient PyTorch's ``BCEWithLogitsLoss`` computes,
-    ``(sigmoid(logits) - targets) * dout``. Autodiff through the six forward operators
-    would run eight in the backward pass and keep their inputs alive for it; this runs
-    three and keeps nothing. The targets get no gradient (the loss detaches them)."""
-
-    def construct(self, logits, targets):
-        return bce_with_logits(logits, targets)
-
-    def bprop(self, logits, targets, out, dout):
-        return (ops.sigmoid(logits) - targets) * dout, ops.zeros_like(targets)
 
 
 def gather_gt(values: ms.Tensor, index: ms.Tensor) -> ms.Tensor:
@@ -59,6 +42,7 @@ class YOLOXLoss(nn.Cell):
         self.iou_weight = iou_weight
         self.assigner = SimOTAAssigner(num_classes, assigner_rule, center_radius)
         self.bce = BCEWithLogits()
+        self.class_bce = ClassBCE(num_classes)
         # 1.0 during the no-augmentation epochs; a Parameter so that changing it does not
         # recompile the graph (and it travels into checkpoints for resume).
         self.use_l1 = Parameter(ms.Tensor(0.0, ms.float32), name="use_l1", requires_grad=False)
@@ -89,10 +73,8 @@ class YOLOXLoss(nn.Cell):
 
         loss_obj = self.bce(obj, fg).sum() / denom
 
-        cls_onehot = ops.one_hot(gather_gt(gt_classes, matched_gt), self.num_classes, 1.0, 0.0)
-        # Tiled, not broadcast: see ops.assigner (the same products, no resident index).
-        cls_target = cls_onehot * ops.tile(matched_iou.expand_dims(-1), (1, 1, self.num_classes))
-        loss_cls = (self.bce(cls, cls_target).sum(-1) * fg).sum() / denom
+        matched_class = gather_gt(gt_classes, matched_gt)
+        loss_cls = self.class_bce(cls, matched_class, matched_iou, fg).sum() / denom
 
         s = strides.expand_dims(-1)
         l1_target = ops.concat(

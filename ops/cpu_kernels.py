@@ -1,16 +1,18 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves nine spots of YOLOX slow or large (BENCHMARKS.md):
+MindSpore 2.10's CPU backend leaves ten spots of YOLOX slow or large (BENCHMARKS.md):
 depthwise convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
 element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
 slow ``Tile`` and a ``ReduceSum``, SPP's max-pools have a slow ``MaxPoolGrad``, the head's
 ``Transpose`` keeps an index per element, SimOTA's assignment runs as ~100 small operators
-over [B, M, A], ``NMSWithMask`` works on every candidate slot, valid or not, SGD runs one
-operator per parameter, and the EMA reshapes every parameter into one buffer.
-``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.spp_pool``,
-``ops.transpose``, ``ops.assigner``, ``ops.nms``, ``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators whose C++ lives in
-``kernels/``. The library is compiled once with the system C++ compiler and optimisation
-flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
+over [B, M, A], the loss's class term runs as a dozen element-wise operators and a slow
+``ReduceSum`` over every anchor's classes, ``NMSWithMask`` works on every candidate slot,
+valid or not, SGD runs one operator per parameter, and the EMA reshapes every parameter
+into one buffer. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``,
+``ops.spp_pool``, ``ops.transpose``, ``ops.assigner``, ``ops.bce``, ``ops.nms``,
+``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators whose
+C++ lives in ``kernels/``. The library is compiled once with the system C++ compiler and
+optimisation flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
 outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
 cache shared between machines never hands one CPU's ``-march=native`` code to another.
 
@@ -74,6 +76,7 @@ KERNELS = (
     "spp",
     "transpose",
     "assigner",
+    "class_bce",
     "nms",
     "sgd",
     "ema",
@@ -85,6 +88,7 @@ LABELS = {
     "spp": "SPP's max-pools",
     "transpose": "the head's transpose",
     "assigner": "SimOTA's assignment",
+    "class_bce": "the class loss",
     "nms": "NMS",
     "sgd": "SGD",
     "ema": "the EMA",

@@ -21,7 +21,8 @@ transpose, on its [8, 85, 2,100] outputs (forward and backward), the optimizer, 
 step over YOLOX-nano's parameters, the EMA, on one update over them (the last three are
 kept unless they cost time: their gain is memory), SimOTA's two operators (pairwise terms,
 matching), on the assigner at the training step's shapes (batch 8, 50 target rows, 2,100
-anchors), and the greedy NMS operator, on
+anchors), the loss's class term, on its [8, 2,100, 80] logits (forward and backward), and
+the greedy NMS operator, on
 :class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
 416 px, 80 classes, about a fifth of the anchors above the score threshold).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
@@ -60,6 +61,8 @@ SPP_VARIANTS: dict[str, tuple[str, ...]] = {"max_pool": (), "spp": ("spp",)}
 TRANSPOSE_VARIANTS: dict[str, tuple[str, ...]] = {"transpose_op": (), "transpose": ("transpose",)}
 # The assigner's two variants, likewise.
 ASSIGNER_VARIANTS: dict[str, tuple[str, ...]] = {"ops": (), "assigner": ("assigner",)}
+# The loss's class term's two variants, likewise.
+CLASS_BCE_VARIANTS: dict[str, tuple[str, ...]] = {"bce_ops": (), "class_bce": ("class_bce",)}
 # The suppression's two variants, likewise.
 NMS_VARIANTS: dict[str, tuple[str, ...]] = {"nms_with_mask": (), "nms": ("nms",)}
 # The optimizer's two variants, likewise.
@@ -139,6 +142,13 @@ def choose_assigner(median_ms: Mapping[str, float], margin: float = MARGIN) -> t
     operators by ``margin``, else ``()``; ``median_ms`` maps each name of
     :data:`ASSIGNER_VARIANTS` to its median time."""
     return _winner(ASSIGNER_VARIANTS, median_ms, margin)
+
+
+def choose_class_bce(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
+    """``("class_bce",)`` if the loss's class term on its compiled operators beats
+    MindSpore's operators by ``margin``, else ``()``; ``median_ms`` maps each name of
+    :data:`CLASS_BCE_VARIANTS` to its median time."""
+    return _winner(CLASS_BCE_VARIANTS, median_ms, margin)
 
 
 def choose_nms(median_ms: Mapping[str, float], margin: float = MARGIN) -> tuple[str, ...]:
@@ -248,6 +258,7 @@ def describe(record: Mapping[str, Any]) -> str:
         **(record.get("spp_ms") or {}),
         **(record.get("transpose_ms") or {}),
         **(record.get("assigner_ms") or {}),
+        **(record.get("class_bce_ms") or {}),
         **(record.get("nms_ms") or {}),
         **(record.get("sgd_ms") or {}),
         **(record.get("ema_ms") or {}),
@@ -258,6 +269,7 @@ def describe(record: Mapping[str, Any]) -> str:
         *SPP_VARIANTS,
         *TRANSPOSE_VARIANTS,
         *ASSIGNER_VARIANTS,
+        *CLASS_BCE_VARIANTS,
         *NMS_VARIANTS,
         *SGD_VARIANTS,
         *EMA_VARIANTS,
@@ -363,6 +375,8 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         name: _assigner(library, kernels) for name, kernels in ASSIGNER_VARIANTS.items()
     }
     assign_compile_s, assigner_ms = _time_alternating(assign_steps, _assigner_inputs(rng), rounds)
+    bce_steps = {name: _class_bce(library, kernels) for name, kernels in CLASS_BCE_VARIANTS.items()}
+    bce_compile_s, class_bce_ms = _time_alternating(bce_steps, _class_bce_inputs(rng), rounds)
     nms_steps = {name: _nms(library, kernels) for name, kernels in NMS_VARIANTS.items()}
     nms_compile_s, nms_ms = _time_alternating(nms_steps, (_nms_input(rng),), rounds)
     sgd_steps = {name: _sgd(library, kernels, rng) for name, kernels in SGD_VARIANTS.items()}
@@ -379,6 +393,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         + choose_spp(spp_ms)
         + choose_transpose(transpose_ms)
         + choose_assigner(assigner_ms)
+        + choose_class_bce(class_bce_ms)
         + choose_nms(nms_ms)
         + choose_sgd(sgd_ms)
         + choose_ema(ema_ms)
@@ -390,6 +405,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         "spp_ms": spp_ms,
         "transpose_ms": transpose_ms,
         "assigner_ms": assigner_ms,
+        "class_bce_ms": class_bce_ms,
         "nms_ms": nms_ms,
         "sgd_ms": sgd_ms,
         "ema_ms": ema_ms,
@@ -399,6 +415,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
             **spp_compile_s,
             **swap_compile_s,
             **assign_compile_s,
+            **bce_compile_s,
             **nms_compile_s,
             **sgd_compile_s,
             **ema_compile_s,
@@ -585,6 +602,47 @@ def _assigner_inputs(rng) -> tuple:
             classes.astype(np.int32),
             mask.astype(f32),
         )
+    )
+
+
+def _class_bce(library: str, kernels: Sequence[str]) -> Any:
+    """The loss's class term (``ops.bce.ClassBCE``) summed, with its gradient w.r.t. the
+    logits, as the training step runs it; on msdet's operator if ``kernels`` has it.
+    Returns (loss, gradient)."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.bce import ClassBCE
+
+    class Step(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.term = ClassBCE(ASSIGN_CLASSES, library if "class_bce" in kernels else None)
+            self.grad_fn = ms.value_and_grad(self.forward, 0)
+
+        def forward(self, logits, cls, iou, weight):
+            return self.term(logits, cls, iou, weight).sum()
+
+        def construct(self, logits, cls, iou, weight):
+            return self.grad_fn(logits, cls, iou, weight)
+
+    step = Step()
+    step.set_train(True)
+    return step
+
+
+def _class_bce_inputs(rng) -> tuple:
+    """The class term's inputs at the training step's shapes: random logits, matched classes
+    and IoUs, a tenth of the anchors in the foreground."""
+    import mindspore as ms
+    import numpy as np
+
+    a = sum((ASSIGN_SIDE // stride) ** 2 for stride in (8, 16, 32))
+    return (
+        ms.Tensor(rng.standard_normal((BATCH, a, ASSIGN_CLASSES)).astype(np.float32) * 4),
+        ms.Tensor(rng.integers(0, ASSIGN_CLASSES, (BATCH, a)).astype(np.int32)),
+        ms.Tensor(rng.random((BATCH, a)).astype(np.float32)),
+        ms.Tensor((rng.random((BATCH, a)) < 0.1).astype(np.float32)),
     )
 
 

@@ -25,45 +25,10 @@
 #include <cstring>
 
 #include "aot.h"
+#include "fast_math.h"
 #include "threads.h"
 
 namespace {
-
-// exp(x) in float32, written so that the loops calling it vectorise without -ffast-math:
-// x = n * ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact product), e^r by its
-// degree-7 Taylor polynomial (truncation < 1.3e-8 relative), 2^n put into the exponent bits.
-// Rounding to nearest uses the 1.5 * 2^23 trick, which needs no library call.
-//
-// x is clamped to [-87, 89]: e^-87 is still a normal float, and from x = 88.38 on n is 128,
-// whose exponent bits are +inf's, so the result is +inf (float's own overflow is at 88.72).
-// Why not clamp at 88: then sigmoid() of very negative inputs is 1 / (1 + e^88) = 6e-39, a
-// subnormal, and GCC compiles `z * sigmoid(z)` with the clamped branches folded to constants
-// and multiplied into every lane before a blend: each vector of ordinary inputs then
-// multiplied by that subnormal, which Intel CPUs handle in microcode. It made this file's
-// forward and evaluation kernels 6x slower on an Intel Xeon (AMD's Zen handles subnormals
-// in hardware). With +inf the folded constant is sigmoid = 0, and no lane ever sees a
-// subnormal on ordinary inputs (tests/ops/test_batchnorm_silu.py checks the FP flags).
-// In msdet's graph-mode training step the old forward showed no such cost (subnormals were
-// flushed there); kernel_choice's benchmark and callers outside MindSpore paid it in full.
-inline float exp_f32(float x) {
-  x = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-inline float sigmoid(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
 
 // d silu(z) / dz = s * (1 + z * (1 - s)), s = sigmoid(z).
 inline float silu_slope(float z) {

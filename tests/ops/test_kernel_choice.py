@@ -10,6 +10,7 @@ from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
 from ops.kernel_choice import (
     ASSIGNER_VARIANTS,
+    CLASS_BCE_VARIANTS,
     EMA_VARIANTS,
     NMS_VARIANTS,
     SGD_VARIANTS,
@@ -23,6 +24,7 @@ from ops.kernel_choice import (
     choice_path,
     choose,
     choose_assigner,
+    choose_class_bce,
     choose_ema,
     choose_nms,
     choose_sgd,
@@ -87,6 +89,14 @@ def test_the_assigner_is_decided_against_mindspores_operators_alone():
     assert choose_assigner({"ops": 21.0, "assigner": 40.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose_assigner({"assigner": 1.0})
+
+
+def test_the_class_loss_is_decided_against_mindspores_operators_alone():
+    assert choose_class_bce({"bce_ops": 10.0, "class_bce": 1.4}) == ("class_bce",)
+    assert choose_class_bce({"bce_ops": 10.0, "class_bce": 9.7}) == ()  # within the margin
+    assert choose_class_bce({"bce_ops": 1.4, "class_bce": 10.0}) == ()
+    with pytest.raises(ValueError, match="no time"):
+        choose_class_bce({"class_bce": 1.0})
 
 
 def test_nms_is_decided_against_nms_with_mask_alone():
@@ -187,12 +197,14 @@ def test_describe_is_one_line_with_the_figures():
         "spp_ms": {"max_pool": 14.2, "spp": 4.4},
         "transpose_ms": {"transpose_op": 6.1, "transpose": 2.4},
         "assigner_ms": {"ops": 40.2, "assigner": 21.3},
+        "class_bce_ms": {"bce_ops": 10.2, "class_bce": 1.4},
     }
     every_record["kernels"] = list(KERNELS)
     every_record["sgd_ms"] = {"sgd_ops": 9.3, "sgd": 2.2}
     every_record["ema_ms"] = {"ema_ops": 3.1, "ema": 1.2}
     every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
-    assert "the head's transpose, SimOTA's assignment, NMS, SGD and the EMA on msdet's" in every
+    assert "SimOTA's assignment, the class loss, NMS, SGD and the EMA on msdet's" in every
+    assert "bce_ops 10 ms" in every and "class_bce 1 ms" in every
     assert "ema_ops 3 ms" in every and "ema 1 ms" in every
     assert "sgd_ops 9 ms" in every and "sgd 2 ms" in every
     assert "transpose_op 6 ms" in every and "transpose 2 ms" in every
@@ -205,7 +217,8 @@ def test_describe_is_one_line_with_the_figures():
 def test_the_benchmark_measures_every_variant(library):
     """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
     decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
-    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_nms`,
+    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_class_bce`,
+    :func:`choose_nms`,
     :func:`choose_sgd` and :func:`choose_ema` make from the times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
@@ -219,6 +232,8 @@ def test_the_benchmark_measures_every_variant(library):
     assert all(t > 0 for t in result["transpose_ms"].values())
     assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
     assert all(t > 0 for t in result["assigner_ms"].values())
+    assert set(result["class_bce_ms"]) == set(CLASS_BCE_VARIANTS)
+    assert all(t > 0 for t in result["class_bce_ms"].values())
     assert set(result["ema_ms"]) == set(EMA_VARIANTS)
     assert all(t > 0 for t in result["ema_ms"].values())
     assert set(result["sgd_ms"]) == set(SGD_VARIANTS)
@@ -231,6 +246,7 @@ def test_the_benchmark_measures_every_variant(library):
         + choose_spp(result["spp_ms"])
         + choose_transpose(result["transpose_ms"])
         + choose_assigner(result["assigner_ms"])
+        + choose_class_bce(result["class_bce_ms"])
         + choose_nms(result["nms_ms"])
         + choose_sgd(result["sgd_ms"])
         + choose_ema(result["ema_ms"])
