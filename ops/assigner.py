@@ -18,12 +18,15 @@ with masks where the original selects:
 Non-candidates and padded ground truths get an infinite-like cost and zero IoU, which
 removes them from every step exactly as the original's indexing does.
 
-When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, two compiled operators
+When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, three compiled operators
 do most of the work: steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two
 penalties; ``kernels/simota_pairs.cc``: the same bits, one pass instead of ~60 operators),
-and steps 3 and 4 (``kernels/simota_match.cc``: the same results, except that a tie of costs
-at the k-th place goes to the lower anchor index, where MindSpore's TopK orders ties its own
-way). The costs between them stay on MindSpore's operators (their logs are its ``Log``'s).
+step 2's class cost (``kernels/simota_class_cost.cc``: one pass instead of ~18 operators
+over [B, A, C]; its sigmoid and logs are its own, so costs agree with the operators' to
+~1e-6 relative, not bit for bit), and steps 3 and 4 (``kernels/simota_match.cc``: the same
+results, except that a tie of costs at the k-th place goes to the lower anchor index, where
+MindSpore's TopK orders ties its own way). The IoU cost and the sum stay on MindSpore's
+operators.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class SimOTAAssigner(nn.Cell):
         if library == FROM_RUNTIME:
             library = custom_kernel_library("assigner")
         self.pairs_op = simota_pairs_op(library) if library else None
+        self.class_cost_op = simota_class_cost_op(library) if library else None
         self.match_op = simota_match_op(library) if library else None
         self.pairs_hyper = ms.Tensor(
             [self.penalty, EXCLUDED_COST, float(self.center_only)], ms.float32
@@ -132,19 +136,10 @@ class SimOTAAssigner(nn.Cell):
                 gt_boxes, gt_mask, pred_boxes, centers, strides * self.radius, self.pairs_hyper
             )
         iou_cost = -ops.log(ious + 1e-8)
-        # Class BCE summed over classes, against the one-hot ground truth:
-        # sum_c -log(1 - p_c)  +  (-log p_g) - (-log(1 - p_g)) for the true class g.
-        # Broadcast operands are tiled first (the same products): MindSpore's CPU
-        # arithmetic kernels keep an 8-byte index per output element for a broadcast, for
-        # the graph's life (~11 MiB for [8, 2100, 80]); a tiled copy is freed after use.
-        obj_p = ops.tile(ops.sigmoid(obj_logits).expand_dims(-1), (1, 1, self.num_classes))
-        p = ops.sqrt(ops.sigmoid(cls_logits) * obj_p)
-        neg_log_q = -_clamped_log(1.0 - p)  # [B, A, C]
-        neg_log_p = -_clamped_log(p)
-        onehot = ops.one_hot(gt_classes.astype(ms.int32), self.num_classes, 1.0, 0.0)  # [B, M, C]
-        cls_cost = ops.tile(neg_log_q.sum(-1).expand_dims(1), (1, m, 1)) + self.bmm_transposed(
-            onehot, neg_log_p - neg_log_q
-        )
+        if self.class_cost_op is None:
+            cls_cost = self._class_cost(cls_logits, obj_logits, gt_classes, m)
+        else:
+            cls_cost = self.class_cost_op(cls_logits, obj_logits, gt_classes.astype(ms.int32))
         cost = cls_cost + 3.0 * iou_cost + geometry_cost
         cost = cost + excluded_cost  # adds exactly 0 to the pairs kept
 
@@ -154,6 +149,23 @@ class SimOTAAssigner(nn.Cell):
         else:
             fg, matched_gt, matched_iou = self.match_op(cost, ious, gt_mask)
         return fg, matched_gt.astype(ms.int32), matched_iou, fg.sum()
+
+    def _class_cost(self, cls_logits, obj_logits, gt_classes, m):
+        """Step 2's class cost [B, M, A] on MindSpore's operators: the class BCE of each
+        anchor's score against the one-hot ground truth, summed over classes, as
+        sum_c -log(1 - p_c)  +  (-log p_g) - (-log(1 - p_g)) for the true class g; what the
+        compiled class-cost operator gives, to float rounding."""
+        # Broadcast operands are tiled first (the same products): MindSpore's CPU
+        # arithmetic kernels keep an 8-byte index per output element for a broadcast, for
+        # the graph's life (~11 MiB for [8, 2100, 80]); a tiled copy is freed after use.
+        obj_p = ops.tile(ops.sigmoid(obj_logits).expand_dims(-1), (1, 1, self.num_classes))
+        p = ops.sqrt(ops.sigmoid(cls_logits) * obj_p)
+        neg_log_q = -_clamped_log(1.0 - p)  # [B, A, C]
+        neg_log_p = -_clamped_log(p)
+        onehot = ops.one_hot(gt_classes.astype(ms.int32), self.num_classes, 1.0, 0.0)  # [B, M, C]
+        return ops.tile(neg_log_q.sum(-1).expand_dims(1), (1, m, 1)) + self.bmm_transposed(
+            onehot, neg_log_p - neg_log_q
+        )
 
     def _match(self, cost, ious, valid, ones_m):
         """Steps 3 and 4 on MindSpore's operators: (fg [B, A] 1/0, matched_gt [B, A] as
@@ -231,6 +243,32 @@ def simota_pairs_op(library: str):
         f"{library}:SimotaPairs",
         out_shape=_pairs_shapes,
         out_dtype=_pairs_dtypes,
+        func_type="aot",
+        bprop=bprop,
+    )
+
+
+def _class_cost_shape(cls_logits, obj_logits, gt_classes):
+    return (cls_logits[0], gt_classes[1], cls_logits[1])
+
+
+def _class_cost_dtype(cls_logits, *_):
+    return cls_logits
+
+
+def simota_class_cost_op(library: str):
+    """``(cls_logits [B, A, C], obj_logits [B, A], gt_classes [B, M] int32) -> cls_cost
+    [B, M, A]`` (``kernels/simota_class_cost.cc``). Outside the gradient like the
+    pairwise operator: the backward gives zeros."""
+
+    def bprop(cls_logits, obj_logits, gt_classes, out, dout):
+        zeros = ops.zeros_like
+        return zeros(cls_logits), zeros(obj_logits), zeros(gt_classes)
+
+    return ops.Custom(
+        f"{library}:SimotaClassCost",
+        out_shape=_class_cost_shape,
+        out_dtype=_class_cost_dtype,
         func_type="aot",
         bprop=bprop,
     )

@@ -58,10 +58,13 @@ CACHE_VAR = "MSDET_CACHE_DIR"
 # exception); on AVX2 or SSE those loops stayed scalar, and BatchNorm + SiLU ran 2-2.7x
 # slower than MindSpore's operators (BENCHMARKS.md). msdet reads no FP exception flags, and
 # the flag changes no result (no reassociation, unlike -ffast-math).
+# -fno-math-errno: sqrt() need not set errno, so the loops calling it vectorise (the
+# SimOTA class cost's); it changes no result either.
 CXX_FLAGS = (
     "-O3",
     "-march=native",
     "-fno-trapping-math",
+    "-fno-math-errno",
     "-fopenmp",
     "-std=c++17",
     "-shared",

@@ -64,3 +64,28 @@ inline float log1p_unit(float z) {
   const float series = 2.0f * s * p;
   return z < tiny ? z : series;
 }
+
+// log(v) for positive normal v (what the callers pass: they clamp below the smallest normal
+// float themselves): v = 2^e * m with m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s) with
+// s = (m - 1) / (m + 1), |s| <= 0.172, by five terms of its series (truncation below 1e-12
+// relative), and e * ln2 added with ln2 split in two so the product is exact.
+inline float log_f32(float v) {
+  int32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  int32_t e = ((bits >> 23) & 0xff) - 127;
+  int32_t mbits = (bits & 0x007fffff) | 0x3f800000;  // the mantissa, as a float in [1, 2)
+  float m;
+  std::memcpy(&m, &mbits, sizeof(m));
+  const bool high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e = high ? e + 1 : e;
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float s2 = s * s;
+  float p = 1.0f / 9.0f;
+  p = p * s2 + 1.0f / 7.0f;
+  p = p * s2 + 1.0f / 5.0f;
+  p = p * s2 + 1.0f / 3.0f;
+  p = p * s2 + 1.0f;
+  const float ef = static_cast<float>(e);
+  return ef * 0.693145751953125f + (ef * 1.428606765330187e-06f + 2.0f * s * p);
+}
