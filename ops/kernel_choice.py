@@ -19,12 +19,12 @@ kernel is decided on its own, against reshape + ``Tile``, on the neck's two upsa
 so are SPP's pools, on YOLOX-nano's SPP block (forward and backward), the head's
 transpose, on its [8, 85, 2,100] outputs (forward and backward), the optimizer, on one SGD
 step over YOLOX-nano's parameters, the EMA, on one update over them (the last three are
-kept unless they cost time: their gain is memory), SimOTA's two operators (pairwise terms,
-matching), on the assigner at the training step's shapes (batch 8, 50 target rows, 2,100
-anchors), the loss's class term, on its [8, 2,100, 80] logits (forward and backward), and
-the greedy NMS operator, on
-:class:`ops.nms.BatchedNMS` at the inference benchmark's shapes (batch 8, 3,549 anchors at
-416 px, 80 classes, about a fifth of the anchors above the score threshold).
+kept unless they cost time: their gain is memory), SimOTA's three operators (pairwise
+terms, class cost, matching), on the assigner at the training step's shapes (batch 8, 50
+target rows, 2,100 anchors), the loss's class term, on its [8, 2,100, 80] logits (forward
+and backward), and the greedy NMS operator, on :class:`ops.nms.BatchedNMS` at the
+inference benchmark's shapes (batch 8, 3,549 anchors at 416 px, 80 classes, about a fifth
+of the anchors above the score threshold).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
