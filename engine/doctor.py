@@ -1,8 +1,9 @@
 """Environment check: ``python -m engine.doctor``.
 
 Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
-versions when present, numpy/OpenCV versions, whether the CPU oneDNN fix is active, and a
-verdict with what to fix. The version matrix (MindSpore x CANN x driver) is the first wall
+versions when present, numpy/OpenCV versions, whether the CPU oneDNN fix is active, msdet's
+compiled CPU kernels (the compiler, whether the library for this CPU is built, which kernels
+``runtime.cpu_kernels=auto`` measured to be faster here), and a verdict with what to fix. The version matrix (MindSpore x CANN x driver) is the first wall
 Ascend users hit; this shows where a machine stands.
 """
 
@@ -176,12 +177,46 @@ def check_cpu_speed(report: Report) -> None:
         )
 
 
+def check_cpu_kernels(report: Report, threads: int | None = None) -> None:
+    """msdet's compiled CPU kernels on this machine: facts only (without them training runs
+    on MindSpore's operators, slower but correct), nothing built or measured here."""
+    from data.config import available_cores
+    from ops import cpu_kernels, kernel_choice
+
+    name, version = cpu_kernels.compiler()
+    if version is None:
+        report.fact("C++ compiler", f"none ({name})")
+        report.notes.append(
+            f"no C++ compiler ({name}): CPU training runs on MindSpore's operators only, "
+            "without msdet's faster kernels (install g++ or set $CXX)"
+        )
+        return
+    report.fact("C++ compiler", version.splitlines()[0])
+    extra = os.environ.get(cpu_kernels.FLAGS_VAR)
+    if extra:
+        report.fact("kernel flags", extra)
+    library = cpu_kernels.library_path(version=version)
+    if not os.path.isfile(library):
+        report.fact("CPU kernels", "not built yet: the first CPU run builds them")
+        return
+    report.fact("CPU kernels", library)
+    threads = threads or available_cores()
+    record = kernel_choice.cached_choice(library, threads, package_version("mindspore") or "")
+    if record is None:
+        chosen = f"not measured yet at {threads} threads: the first CPU training run measures"
+    else:
+        kept = cpu_kernels.kernels_text(record["kernels"]) or "none (MindSpore's operators)"
+        chosen = f"{kept} (measured at {threads} threads)"
+    report.fact("kernel choice", chosen)
+
+
 def build_report() -> Report:
     report = Report()
     check_python_packages(report)
     check_mindspore(report)
     check_ascend(report, package_version("mindspore"))
     check_cpu_speed(report)
+    check_cpu_kernels(report)
     return report
 
 

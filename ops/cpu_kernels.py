@@ -190,28 +190,45 @@ def compiler_flags() -> tuple[str, ...]:
     return CXX_FLAGS + tuple(shlex.split(os.environ.get(FLAGS_VAR, "")))
 
 
+def compiler() -> tuple[str, str | None]:
+    """The C++ compiler used (``$CXX``, else g++) and its ``--version`` text, None when it
+    does not run."""
+    name = os.environ.get(COMPILER_VAR) or "g++"
+    return name, _compiler_version(name) if shutil.which(name) else None
+
+
+def library_path(cache_dir: str | None = None, version: str | None = None) -> str | None:
+    """Where the library for these sources, compiler (``version``: its ``--version`` text,
+    asked for when None), flags and CPU is kept, built or not; None without a compiler."""
+    if version is None:
+        version = compiler()[1]
+        if version is None:
+            return None
+    key = hashlib.sha256()
+    for path in SOURCES + HEADERS:
+        with open(path, "rb") as f:
+            key.update(os.path.basename(path).encode() + b"\0" + f.read() + b"\0")
+    for part in (version, " ".join(compiler_flags()), _cpu_signature()):
+        key.update(part.encode() + b"\0")
+    cache_dir = cache_dir or default_cache_dir()
+    return os.path.join(cache_dir, f"msdet_kernels-{key.hexdigest()[:16]}.so")
+
+
 def build_kernel_library(cache_dir: str | None = None) -> str | None:
     """Compile the kernels (once per sources/compiler/flags/CPU) and return the .so.
 
     Returns None, with one log line saying why, when there is no working compiler or the
     build fails; callers then keep MindSpore's own operators.
     """
-    compiler = os.environ.get(COMPILER_VAR) or "g++"
-    version = _compiler_version(compiler) if shutil.which(compiler) else None
+    cxx, version = compiler()
     if version is None:
-        log.info("no C++ compiler (%s): MindSpore's own CPU operators are used", compiler)
+        log.info("no C++ compiler (%s): MindSpore's own CPU operators are used", cxx)
         return None
-    key = hashlib.sha256()
-    for path in SOURCES + HEADERS:
-        with open(path, "rb") as f:
-            key.update(os.path.basename(path).encode() + b"\0" + f.read() + b"\0")
-    flags = compiler_flags()
-    for part in (version, " ".join(flags), _cpu_signature()):
-        key.update(part.encode() + b"\0")
-    cache_dir = cache_dir or default_cache_dir()
-    lib = os.path.join(cache_dir, f"msdet_kernels-{key.hexdigest()[:16]}.so")
+    lib = library_path(cache_dir, version)
     if os.path.isfile(lib):
         return lib
+    cache_dir = os.path.dirname(lib)
+    flags = compiler_flags()
     tmp = ""
     try:
         os.makedirs(cache_dir, exist_ok=True)
@@ -219,7 +236,7 @@ def build_kernel_library(cache_dir: str | None = None) -> str | None:
         # file.
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
-        cmd = [compiler, *flags, "-I", KERNEL_DIR, *SOURCES, "-o", tmp]
+        cmd = [cxx, *flags, "-I", KERNEL_DIR, *SOURCES, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from engine import doctor
 
 
@@ -34,3 +38,53 @@ def test_ascend_matrix_mismatch_is_explained(monkeypatch, tmp_path):
     doctor.check_ascend(report, "2.7.2")
     assert ("Ascend driver", "25.5.0") in report.facts and ("CANN", "8.3.RC1") in report.facts
     assert any("expects CANN 8.5.0" in p for p in report.problems)
+
+
+def _kernel_facts(threads=2):
+    report = doctor.Report()
+    doctor.check_cpu_kernels(report, threads)
+    return dict(report.facts), report
+
+
+def test_cpu_kernels_report_the_compiler_the_library_and_autos_choice(monkeypatch, tmp_path):
+    """Each state of msdet's CPU kernels on a machine, read without building or measuring:
+    not built, built but not measured at this thread count, measured."""
+    import json
+
+    from ops import cpu_kernels, kernel_choice
+
+    monkeypatch.setenv(cpu_kernels.CACHE_VAR, str(tmp_path))
+    facts, report = _kernel_facts()
+    if facts["C++ compiler"].startswith("none"):
+        pytest.skip("no C++ compiler on this machine")
+    assert facts["CPU kernels"].startswith("not built yet") and not report.problems
+    library = cpu_kernels.library_path()
+    os.makedirs(os.path.dirname(library))
+    open(library, "wb").close()
+    facts, _ = _kernel_facts()
+    assert facts["CPU kernels"] == library
+    assert facts["kernel choice"].startswith("not measured yet at 2 threads")
+    record = {
+        "kernels": ["depthwise", "class_bce"],
+        "mindspore": doctor.package_version("mindspore"),
+    }
+    with open(kernel_choice.choice_path(library, 2), "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    facts, _ = _kernel_facts()
+    assert (
+        facts["kernel choice"]
+        == "depthwise convolutions and the class loss (measured at 2 threads)"
+    )
+    facts, _ = _kernel_facts(threads=1)  # another thread count is another decision
+    assert facts["kernel choice"].startswith("not measured yet at 1 threads")
+    monkeypatch.setenv(cpu_kernels.FLAGS_VAR, "-mno-avx512f")  # another build
+    facts, _ = _kernel_facts()
+    assert facts["kernel flags"] == "-mno-avx512f" and facts["CPU kernels"].startswith("not built")
+
+
+def test_no_compiler_is_a_note_not_a_problem(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    facts, report = _kernel_facts()
+    assert facts["C++ compiler"].startswith("none") and "CPU kernels" not in facts
+    assert not report.problems
+    assert any("MindSpore's operators only" in note for note in report.notes)
