@@ -22,20 +22,12 @@
 // dloss [R] float32. Rows are split over msdet_threads() threads (threads.h).
 
 #include <cstdint>
-#include <cstring>
 
+#include "aot.h"
 #include "fast_math.h"
 #include "threads.h"
 
 namespace {
-
-bool dtype_is(const char *dtype, const char *want) { return std::strcmp(dtype, want) == 0; }
-
-int64_t elements(int ndim, const int64_t *shape) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
-  return n;
-}
 
 // The inputs shared by both directions: x [..., C] float32, cls, iou, weight [...] (the
 // leading shape of x) int32 / float32 / float32. Sets rows and classes.

@@ -24,16 +24,6 @@
 #include "aot.h"
 #include "threads.h"
 
-namespace {
-
-int64_t elements(int ndim, const int64_t *shape) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
-  return n;
-}
-
-}  // namespace
-
 extern "C" int FlatEMA(int nparam, void **params, int *ndims, int64_t **shapes,
                        const char **dtypes, void *, void *) {
   if (!all_float32(nparam, dtypes)) return 1;

@@ -33,12 +33,6 @@ namespace {
 
 constexpr int kScalars = 4;  // lr, momentum, dampening, nesterov; then decay
 
-int64_t elements(int ndim, const int64_t *shape) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
-  return n;
-}
-
 void update(const float *grad, float *weight, float *accum, float *stat, int64_t n, float lr,
             float momentum, float dampening, bool nesterov, float decay) {
   const float keep = 1.0f - dampening;

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "aot.h"
 #include "fast_math.h"
 #include "threads.h"
 
@@ -35,8 +36,6 @@ constexpr float kTiny = 1.17549435e-38f;  // the smallest normal float32
 constexpr float kLogClamp = -100.0f;
 
 inline float clamped_log(float v) { return v >= kTiny ? log_f32(v) : kLogClamp; }
-
-bool dtype_is(const char *dtype, const char *want) { return std::strcmp(dtype, want) == 0; }
 
 // One image: per anchor the sum over classes (sum) and the per-class difference nlp - nlq
 // (diff [A, C]), then each ground truth's row.
