@@ -15,7 +15,7 @@ import pytest
 from engine import device
 from engine.device import resolve_amp, resolve_device, resolve_sink
 from ops import cpu_kernels
-from ops.kernel_choice import choice_path
+from ops.kernel_choice import DECISIONS, choice_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -192,8 +192,8 @@ def test_cpu_kernels_named_by_plus_are_checked():
 
 
 def kernel_record(kernels, version):
-    times = dict.fromkeys(("native", "depthwise", "batchnorm_silu", "both"), 1.0)
-    return {"kernels": list(kernels), "median_ms": times, "mindspore": version, "threads": 2}
+    times = {d.key: dict.fromkeys(d.variants, 1.0) for d in DECISIONS.values()}
+    return {"kernels": list(kernels), **times, "mindspore": version, "threads": 2}
 
 
 @pytest.fixture

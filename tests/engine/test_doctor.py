@@ -66,6 +66,7 @@ def test_cpu_kernels_report_the_compiler_the_library_and_autos_choice(monkeypatc
     assert facts["kernel choice"].startswith("not measured yet at 2 threads")
     record = {
         "kernels": ["depthwise", "class_bce"],
+        **{d.key: dict.fromkeys(d.variants, 1.0) for d in kernel_choice.DECISIONS.values()},
         "mindspore": doctor.package_version("mindspore"),
     }
     with open(kernel_choice.choice_path(library, 2), "w", encoding="utf-8") as f:

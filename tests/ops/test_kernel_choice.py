@@ -8,32 +8,12 @@ import pytest
 
 from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
-from ops.kernel_choice import (
-    ASSIGNER_VARIANTS,
-    CLASS_BCE_VARIANTS,
-    EMA_VARIANTS,
-    NMS_VARIANTS,
-    SGD_VARIANTS,
-    SGD_VECTORS,
-    SGD_WEIGHTS,
-    SPP_VARIANTS,
-    TRANSPOSE_VARIANTS,
-    UPSAMPLE_VARIANTS,
-    VARIANTS,
-    cached_choice,
-    choice_path,
-    choose,
-    choose_assigner,
-    choose_class_bce,
-    choose_ema,
-    choose_nms,
-    choose_sgd,
-    choose_spp,
-    choose_transpose,
-    choose_upsample,
-    decide,
-    describe,
-)
+from ops.kernel_benchmarks import SGD_VECTORS, SGD_WEIGHTS
+from ops.kernel_choice import DECISIONS, cached_choice, choice_path, decide, describe
+
+
+def choose(name, median_ms):
+    return DECISIONS[name].choose(median_ms)
 
 
 def times(native, depthwise, batchnorm_silu, both):
@@ -46,71 +26,72 @@ def times(native, depthwise, batchnorm_silu, both):
 
 
 def test_choose_keeps_the_fastest_variant_only_when_it_clearly_wins():
-    assert choose(times(160, 115, 138, 65)) == ("depthwise", "batchnorm_silu")
-    assert choose(times(160, 100, 170, 120)) == ("depthwise",)
-    assert choose(times(160, 170, 120, 150)) == ("batchnorm_silu",)
+    assert choose("blocks", times(160, 115, 138, 65)) == ("depthwise", "batchnorm_silu")
+    assert choose("blocks", times(160, 100, 170, 120)) == ("depthwise",)
+    assert choose("blocks", times(160, 170, 120, 150)) == ("batchnorm_silu",)
     # The AVX2-only EPYC's case: the kernels lose.
-    assert choose(times(700, 760, 800, 880)) == ()
+    assert choose("blocks", times(700, 760, 800, 880)) == ()
     # Faster by less than the margin (5%): not worth a different rounding.
-    assert choose(times(100, 97, 99, 96)) == ()
-    assert choose(times(100, 94, 99, 96)) == ("depthwise",)
+    assert choose("blocks", times(100, 97, 99, 96)) == ()
+    assert choose("blocks", times(100, 94, 99, 96)) == ("depthwise",)
     with pytest.raises(ValueError, match="no time for"):
-        choose({"native": 1.0, "both": 0.5})
+        choose("blocks", {"native": 1.0, "both": 0.5})
 
 
 def test_the_upsampling_is_decided_against_tile_alone():
-    assert choose_upsample({"tile": 29.1, "upsample": 15.0}) == ("upsample",)
-    assert choose_upsample({"tile": 29.1, "upsample": 28.0}) == ()  # within the margin
-    assert choose_upsample({"tile": 15.0, "upsample": 29.1}) == ()
+    assert choose("upsample", {"tile": 29.1, "upsample": 15.0}) == ("upsample",)
+    assert choose("upsample", {"tile": 29.1, "upsample": 28.0}) == ()  # within the margin
+    assert choose("upsample", {"tile": 15.0, "upsample": 29.1}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_upsample({"tile": 1.0})
+        choose("upsample", {"tile": 1.0})
 
 
 def test_spps_pools_are_decided_against_mindspores_max_pool_alone():
-    assert choose_spp({"max_pool": 14.0, "spp": 4.5}) == ("spp",)
-    assert choose_spp({"max_pool": 14.0, "spp": 13.6}) == ()  # within the margin
-    assert choose_spp({"max_pool": 4.5, "spp": 14.0}) == ()
+    assert choose("spp", {"max_pool": 14.0, "spp": 4.5}) == ("spp",)
+    assert choose("spp", {"max_pool": 14.0, "spp": 13.6}) == ()  # within the margin
+    assert choose("spp", {"max_pool": 4.5, "spp": 14.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_spp({"spp": 1.0})
+        choose("spp", {"spp": 1.0})
 
 
 def test_the_heads_transpose_is_kept_for_its_memory_unless_it_costs_time():
-    assert choose_transpose({"transpose_op": 6.0, "transpose": 2.5}) == ("transpose",)
-    assert choose_transpose({"transpose_op": 6.0, "transpose": 6.2}) == ("transpose",)
-    assert choose_transpose({"transpose_op": 6.0, "transpose": 6.4}) == ()  # 7% slower
-    assert choose_transpose({"transpose_op": 2.5, "transpose": 6.0}) == ()
+    assert choose("transpose", {"transpose_op": 6.0, "transpose": 2.5}) == ("transpose",)
+    assert choose("transpose", {"transpose_op": 6.0, "transpose": 6.2}) == ("transpose",)
+    assert choose("transpose", {"transpose_op": 6.0, "transpose": 6.4}) == ()  # 7% slower
+    assert choose("transpose", {"transpose_op": 2.5, "transpose": 6.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_transpose({"transpose": 1.0})
+        choose("transpose", {"transpose": 1.0})
 
 
 def test_the_assigner_is_decided_against_mindspores_operators_alone():
-    assert choose_assigner({"ops": 40.0, "assigner": 21.0}) == ("assigner",)
-    assert choose_assigner({"ops": 40.0, "assigner": 38.5}) == ()  # within the margin
-    assert choose_assigner({"ops": 21.0, "assigner": 40.0}) == ()
+    assert choose("assigner", {"ops": 40.0, "assigner": 21.0}) == ("assigner",)
+    assert choose("assigner", {"ops": 40.0, "assigner": 38.5}) == ()  # within the margin
+    assert choose("assigner", {"ops": 21.0, "assigner": 40.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_assigner({"assigner": 1.0})
+        choose("assigner", {"assigner": 1.0})
 
 
 def test_the_class_loss_is_decided_against_mindspores_operators_alone():
-    assert choose_class_bce({"bce_ops": 10.0, "class_bce": 1.4}) == ("class_bce",)
-    assert choose_class_bce({"bce_ops": 10.0, "class_bce": 9.7}) == ()  # within the margin
-    assert choose_class_bce({"bce_ops": 1.4, "class_bce": 10.0}) == ()
+    assert choose("class_bce", {"bce_ops": 10.0, "class_bce": 1.4}) == ("class_bce",)
+    assert choose("class_bce", {"bce_ops": 10.0, "class_bce": 9.7}) == ()  # within the margin
+    assert choose("class_bce", {"bce_ops": 1.4, "class_bce": 10.0}) == ()
     with pytest.raises(ValueError, match="no time"):
-        choose_class_bce({"class_bce": 1.0})
+        choose("class_bce", {"class_bce": 1.0})
 
 
 def test_nms_is_decided_against_nms_with_mask_alone():
-    assert choose_nms({"nms_with_mask": 52.0, "nms": 20.0}) == ("nms",)
-    assert choose_nms({"nms_with_mask": 52.0, "nms": 50.0}) == ()  # within the margin
-    assert choose_nms({"nms_with_mask": 20.0, "nms": 52.0}) == ()
+    assert choose("nms", {"nms_with_mask": 52.0, "nms": 20.0}) == ("nms",)
+    assert choose("nms", {"nms_with_mask": 52.0, "nms": 50.0}) == ()  # within the margin
+    assert choose("nms", {"nms_with_mask": 20.0, "nms": 52.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_nms({"nms": 1.0})
+        choose("nms", {"nms": 1.0})
 
 
 def record(kernels, version="2.10.0", threads=2):
+    """A cached record: every decision's times (1 ms each)."""
     return {
         "kernels": list(kernels),
-        "median_ms": times(1, 1, 1, 1),
+        **{d.key: dict.fromkeys(d.variants, 1.0) for d in DECISIONS.values()},
         "mindspore": version,
         "threads": threads,
     }
@@ -126,7 +107,8 @@ def test_the_cached_decision_is_per_library_threads_and_mindspore_version(tmp_pa
     assert cached_choice(lib, 2, "2.10.0")["kernels"] == ["depthwise"]
     assert cached_choice(lib, 2, "2.11.0") is None  # another MindSpore: measure again
     assert cached_choice(lib, 1, "2.10.0") is None
-    for broken in ("{not json", json.dumps(record(["fast_conv"]))):
+    older = {k: v for k, v in record(["depthwise"]).items() if k != "class_bce_ms"}
+    for broken in ("{not json", json.dumps(record(["fast_conv"])), json.dumps(older)):
         with open(path, "w", encoding="utf-8") as f:
             f.write(broken)
         assert cached_choice(lib, 2, "2.10.0") is None
@@ -152,20 +134,20 @@ def test_decide_uses_the_cache_and_never_caches_a_failure(tmp_path, monkeypatch)
 
 
 def test_the_flat_sgd_is_kept_for_its_memory_unless_it_costs_time():
-    assert choose_sgd({"sgd_ops": 9.0, "sgd": 2.0}) == ("sgd",)
-    assert choose_sgd({"sgd_ops": 9.0, "sgd": 9.4}) == ("sgd",)  # within the margin
-    assert choose_sgd({"sgd_ops": 9.0, "sgd": 9.5}) == ()
-    assert choose_sgd({"sgd_ops": 2.0, "sgd": 9.0}) == ()
+    assert choose("sgd", {"sgd_ops": 9.0, "sgd": 2.0}) == ("sgd",)
+    assert choose("sgd", {"sgd_ops": 9.0, "sgd": 9.4}) == ("sgd",)  # within the margin
+    assert choose("sgd", {"sgd_ops": 9.0, "sgd": 9.5}) == ()
+    assert choose("sgd", {"sgd_ops": 2.0, "sgd": 9.0}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_sgd({"sgd": 1.0})
+        choose("sgd", {"sgd": 1.0})
 
 
 def test_the_flat_ema_is_kept_for_its_memory_unless_it_costs_time():
-    assert choose_ema({"ema_ops": 3.0, "ema": 1.0}) == ("ema",)
-    assert choose_ema({"ema_ops": 3.0, "ema": 3.1}) == ("ema",)  # within the margin
-    assert choose_ema({"ema_ops": 3.0, "ema": 3.3}) == ()
+    assert choose("ema", {"ema_ops": 3.0, "ema": 1.0}) == ("ema",)
+    assert choose("ema", {"ema_ops": 3.0, "ema": 3.1}) == ("ema",)  # within the margin
+    assert choose("ema", {"ema_ops": 3.0, "ema": 3.3}) == ()
     with pytest.raises(ValueError, match="no time for"):
-        choose_ema({"ema": 1.0})
+        choose("ema", {"ema": 1.0})
 
 
 def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
@@ -180,29 +162,33 @@ def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
 
 
 def test_describe_is_one_line_with_the_figures():
-    line = describe({**record(["depthwise"]), "median_ms": times(160.2, 114.9, 138.3, 64.8)})
+    blocks = {"blocks_ms": times(160.2, 114.9, 138.3, 64.8)}
+    line = describe({"kernels": ["depthwise"], "threads": 2, **blocks})
     assert "\n" not in line and "depthwise convolutions on msdet's kernels" in line
+    assert "(measured on this CPU, 2 threads)" in line
     assert "native 160 ms" in line and "both 65 ms" in line
-    assert "MindSpore's operators only" in describe(record([]))
+    assert "MindSpore's operators only" in describe({**record([]), **blocks})
     both = {
         **record(["depthwise", "upsample"]),
-        "median_ms": times(160.2, 114.9, 138.3, 64.8),
+        **blocks,
         "upsample_ms": {"tile": 29.1, "upsample": 15.0},
     }
     line = describe(both)
     assert "depthwise convolutions and 2x upsampling on msdet's kernels" in line
     assert "tile 29 ms" in line and "upsample 15 ms" in line
-    every_record = {
-        **both,
-        "spp_ms": {"max_pool": 14.2, "spp": 4.4},
-        "transpose_ms": {"transpose_op": 6.1, "transpose": 2.4},
-        "assigner_ms": {"ops": 40.2, "assigner": 21.3},
-        "class_bce_ms": {"bce_ops": 10.2, "class_bce": 1.4},
-    }
-    every_record["kernels"] = list(KERNELS)
-    every_record["sgd_ms"] = {"sgd_ops": 9.3, "sgd": 2.2}
-    every_record["ema_ms"] = {"ema_ops": 3.1, "ema": 1.2}
-    every = describe({**every_record, "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6}})
+    every = describe(
+        {
+            **both,
+            "kernels": list(KERNELS),
+            "spp_ms": {"max_pool": 14.2, "spp": 4.4},
+            "transpose_ms": {"transpose_op": 6.1, "transpose": 2.4},
+            "assigner_ms": {"ops": 40.2, "assigner": 21.3},
+            "class_bce_ms": {"bce_ops": 10.2, "class_bce": 1.4},
+            "nms_ms": {"nms_with_mask": 52.4, "nms": 19.6},
+            "sgd_ms": {"sgd_ops": 9.3, "sgd": 2.2},
+            "ema_ms": {"ema_ops": 3.1, "ema": 1.2},
+        }
+    )
     assert "SimOTA's assignment, the class loss, NMS, SGD and the EMA on msdet's" in every
     assert "bce_ops 10 ms" in every and "class_bce 1 ms" in every
     assert "ema_ops 3 ms" in every and "ema 1 ms" in every
@@ -211,45 +197,31 @@ def test_describe_is_one_line_with_the_figures():
     assert "max_pool 14 ms" in every and "spp 4 ms" in every
     assert "ops 40 ms" in every and "assigner 21 ms" in every
     assert "nms_with_mask 52 ms" in every and "nms 20 ms" in every
+    # in the table's order: the blocks first, the EMA last
+    assert every.index("native 160 ms") < every.index("tile 29 ms") < every.index("ema 1 ms")
+
+
+def test_every_kernel_is_decided_once_and_every_variant_names_known_kernels():
+    decided = [k for d in DECISIONS.values() for k in set().union(*d.variants.values())]
+    assert sorted(decided) == sorted(KERNELS)
+    for d in DECISIONS.values():
+        assert next(iter(d.variants.values())) == (), d.name  # first: MindSpore's operators
+        assert d.key == f"{d.name}_ms"
 
 
 @pytest.mark.slow
 def test_the_benchmark_measures_every_variant(library):
-    """The child-process benchmark itself (~10-30 s on 2 cores): every variant timed, the
-    decision the one :func:`choose`, :func:`choose_upsample`, :func:`choose_spp`,
-    :func:`choose_transpose`, :func:`choose_assigner`, :func:`choose_class_bce`,
-    :func:`choose_nms`,
-    :func:`choose_sgd` and :func:`choose_ema` make from the times."""
+    """The child-process benchmark itself (~30-60 s on 2 cores): every variant of every
+    decision timed, and the kernels kept the ones each decision's rule keeps from the
+    times."""
     result = kernel_choice._measure_in_child(library, 2)
     assert "error" not in result, result
-    assert set(result["median_ms"]) == set(VARIANTS)
-    assert all(t > 0 for t in result["median_ms"].values())
-    assert set(result["upsample_ms"]) == set(UPSAMPLE_VARIANTS)
-    assert all(t > 0 for t in result["upsample_ms"].values())
-    assert set(result["spp_ms"]) == set(SPP_VARIANTS)
-    assert all(t > 0 for t in result["spp_ms"].values())
-    assert set(result["transpose_ms"]) == set(TRANSPOSE_VARIANTS)
-    assert all(t > 0 for t in result["transpose_ms"].values())
-    assert set(result["assigner_ms"]) == set(ASSIGNER_VARIANTS)
-    assert all(t > 0 for t in result["assigner_ms"].values())
-    assert set(result["class_bce_ms"]) == set(CLASS_BCE_VARIANTS)
-    assert all(t > 0 for t in result["class_bce_ms"].values())
-    assert set(result["ema_ms"]) == set(EMA_VARIANTS)
-    assert all(t > 0 for t in result["ema_ms"].values())
-    assert set(result["sgd_ms"]) == set(SGD_VARIANTS)
-    assert all(t > 0 for t in result["sgd_ms"].values())
-    assert set(result["nms_ms"]) == set(NMS_VARIANTS)
-    assert all(t > 0 for t in result["nms_ms"].values())
-    expected = (
-        choose(result["median_ms"])
-        + choose_upsample(result["upsample_ms"])
-        + choose_spp(result["spp_ms"])
-        + choose_transpose(result["transpose_ms"])
-        + choose_assigner(result["assigner_ms"])
-        + choose_class_bce(result["class_bce_ms"])
-        + choose_nms(result["nms_ms"])
-        + choose_sgd(result["sgd_ms"])
-        + choose_ema(result["ema_ms"])
-    )
+    expected = ()
+    for decision in DECISIONS.values():
+        times_ms = result[decision.key]
+        assert set(times_ms) == set(decision.variants), decision.name
+        assert all(t > 0 for t in times_ms.values()), decision.name
+        expected += decision.choose(times_ms)
     assert tuple(result["kernels"]) == expected
     assert result["threads"] == 2 and result["library"] == library.rsplit("/", 1)[-1]
+    assert set(result["first_call_s"]) == {n for d in DECISIONS.values() for n in d.variants}

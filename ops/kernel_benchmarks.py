@@ -1,0 +1,501 @@
+"""The benchmarks behind ``runtime.cpu_kernels=auto``: msdet's kernels at YOLOX-nano's shapes.
+
+Each benchmark is a pair of functions for :data:`ops.kernel_choice.DECISIONS`:
+``NAME(library, kernels, rng)`` builds the graph-mode Cell to time, on msdet's kernels for
+the names in ``kernels`` and on MindSpore's operators for the others, and
+``NAME_inputs(rng, steps)`` its inputs (``steps``: the Cells built, by variant). All run at
+the training step's shapes (YOLOX-nano, batch 8, 320 px, 80 classes) except NMS, at the
+inference benchmark's (416 px). ``ops`` may not import ``models``, so the shapes the model
+gives are listed here (tests/ops/test_kernel_choice.py checks them against the model).
+Weights come from ``rng``, never from MindSpore's initialisers: its random state is not
+touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BATCH = 8
+# (channels in, channels out, input side, depthwise stride): YOLOX-nano's DWConv blocks
+# at 320 px, the stem's output onwards.
+BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
+# (channels, input side): the inputs of YOLOX-nano's two upsamplings (PAFPN) at 320 px.
+UPSAMPLES = ((128, 10), (64, 20))
+# (channels in, side): YOLOX-nano's SPP block at 320 px (its pools see half the channels).
+SPP = (256, 10)
+# The head's outputs before the swap at 320 px, 80 classes: [B, 85, 2,100].
+HEAD_OUT = (85, 2100)
+# The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
+# (strides 8, 16, 32), classes.
+ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
+# Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
+# passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
+NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
+# The optimizer's parameters: YOLOX-nano's at 80 classes, (shape, count), 912,159 values.
+# Convolution weights, with weight decay:
+SGD_WEIGHTS = (
+    ((1, 64, 1, 1), 3), ((4, 64, 1, 1), 3), ((16, 1, 3, 3), 2), ((16, 12, 3, 3), 1),
+    ((16, 16, 1, 1), 2), ((16, 32, 1, 1), 2), ((32, 1, 3, 3), 5), ((32, 16, 1, 1), 1),
+    ((32, 32, 1, 1), 9), ((32, 64, 1, 1), 2), ((32, 128, 1, 1), 2), ((64, 1, 3, 3), 19),
+    ((64, 32, 1, 1), 1), ((64, 64, 1, 1), 26), ((64, 128, 1, 1), 6), ((64, 256, 1, 1), 3),
+    ((80, 64, 1, 1), 3), ((128, 1, 3, 3), 4), ((128, 64, 1, 1), 1), ((128, 128, 1, 1), 8),
+    ((128, 256, 1, 1), 6), ((256, 128, 1, 1), 1), ((256, 256, 1, 1), 2), ((256, 512, 1, 1), 1),
+)  # fmt: skip
+# BatchNorm scales and shifts, biases: no decay.
+SGD_VECTORS = (
+    ((1,), 3), ((4,), 3), ((16,), 14), ((32,), 38), ((64,), 110), ((80,), 3), ((128,), 38),
+    ((256,), 8),
+)  # fmt: skip
+SGD_RECIPE = (0.9, 5e-4)  # momentum (Nesterov), weight decay: the yolox recipe
+
+
+def blocks(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's backbone blocks (:data:`BLOCKS`), forward and backward: depthwise 3x3 ->
+    BatchNorm -> SiLU -> pointwise 1x1 -> BatchNorm -> SiLU, five times, so MindSpore's own
+    operators run between the kernels as in the network."""
+    return _grad_step(_blocks(library, kernels, rng))
+
+
+def blocks_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    cin, _, side, _ = BLOCKS[0]
+    return (ms.Tensor(rng.standard_normal((BATCH, cin, side, side), np.float32)),)
+
+
+def upsample(library: str, kernels: Sequence[str], rng) -> Any:
+    """The neck's two 2x upsamplings (:data:`UPSAMPLES`), forward and backward."""
+    return _grad_step(_upsamplings(library, kernels, rng))
+
+
+def upsample_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    return tuple(
+        ms.Tensor(rng.standard_normal((BATCH, c, side, side), np.float32)) for c, side in UPSAMPLES
+    )
+
+
+def spp(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's SPP block (:data:`SPP`), forward and backward."""
+    return _grad_step(_spp(library, kernels, rng))
+
+
+def spp_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    return (ms.Tensor(rng.standard_normal((BATCH, SPP[0], SPP[1], SPP[1]), np.float32)),)
+
+
+def transpose(library: str, kernels: Sequence[str], rng) -> Any:
+    """The head's swap of its outputs' last two axes (:data:`HEAD_OUT`), forward and
+    backward."""
+    return _grad_step(_swap(library, kernels, rng))
+
+
+def transpose_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    return (ms.Tensor(rng.standard_normal((BATCH, *HEAD_OUT), np.float32)),)
+
+
+def sgd_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """One gradient per parameter of :func:`sgd`'s Cells."""
+    import mindspore as ms
+    import numpy as np
+
+    weights = next(iter(steps.values())).weights
+    return tuple(ms.Tensor(rng.standard_normal(p.shape).astype(np.float32) * 1e-3) for p in weights)
+
+
+def ema_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """None: the EMA's Cells hold their sources."""
+    return ()
+
+
+def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
+    """The neck's two upsamplings, each behind a 1x1 convolution (as the lateral ones are,
+    so the gradient runs through the upsampling), on msdet's kernel if ``kernels`` has it."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.upsample import upsample2x, upsample2x_op
+
+    class Branch(nn.Cell):
+        def __init__(self, channels: int, side: int):
+            super().__init__()
+            w = rng.uniform(-0.3, 0.3, (channels, channels, 1, 1)).astype("float32")
+            self.conv = nn.Conv2d(channels, channels, 1, weight_init=ms.Tensor(w))
+            # a fixed weighting of the output, so every gradient entry differs
+            self.scale = ms.Tensor(
+                rng.uniform(0.5, 1.5, (1, channels, 2 * side, 2 * side)).astype("float32")
+            )
+            self.op = upsample2x_op(library) if "upsample" in kernels else None
+
+        def construct(self, x):
+            y = self.conv(x)
+            y = upsample2x(y) if self.op is None else self.op(y)
+            return y * self.scale
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.branches = nn.CellList([Branch(c, side) for c, side in UPSAMPLES])
+
+        def construct(self, *xs):
+            total = 0.0
+            for branch, x in zip(self.branches, xs):
+                total = total + branch(x).sum()
+            return total
+
+    return Net()
+
+
+def _spp(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's SPP block: a 1x1 convolution to half the channels, the three chained 5x5
+    pools concatenated with their input, a 1x1 convolution back (``models.layers.
+    SPPBottleneck`` without its BatchNorms); the pools on msdet's kernel if ``kernels`` has
+    it, else ``MaxPool2d`` + ``Concat``; the output weighted so every gradient differs."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from ops.spp_pool import spp_pools_op
+
+    channels, side = SPP
+    hidden = channels // 2
+
+    def weight(shape):  # no MindSpore initialiser: its random state is not touched
+        return ms.Tensor(rng.uniform(-0.1, 0.1, shape).astype("float32"))
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(
+                channels, hidden, 1, weight_init=weight((hidden, channels, 1, 1))
+            )
+            self.pools = nn.CellList([nn.MaxPool2d(5, 1, pad_mode="same") for _ in range(3)])
+            self.fused = spp_pools_op(library, 3) if "spp" in kernels else None
+            self.conv2 = nn.Conv2d(
+                4 * hidden, channels, 1, weight_init=weight((channels, 4 * hidden, 1, 1))
+            )
+            self.scale = ms.Tensor(
+                rng.uniform(0.5, 1.5, (1, channels, side, side)).astype("float32")
+            )
+
+        def construct(self, x):
+            x = self.conv1(x)
+            if self.fused is None:
+                pooled = [x]
+                y = x
+                for pool in self.pools:
+                    y = pool(y)
+                    pooled.append(y)
+                y = ops.concat(pooled, 1)
+            else:
+                y = self.fused(x)
+            return self.conv2(y) * self.scale
+
+    return Block()
+
+
+def _swap(library: str, kernels: Sequence[str], rng) -> Any:
+    """The head's swap of its outputs' last two axes after a per-channel weight (so the
+    gradient runs through the swap), on msdet's kernel if ``kernels`` has it."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from ops.transpose import swap_last_axes_op
+
+    class Swap(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            weight = rng.uniform(0.5, 1.5, (1, HEAD_OUT[0], 1)).astype("float32")
+            self.weight = ms.Parameter(ms.Tensor(weight), name="weight")
+            self.scale = ms.Tensor(rng.uniform(0.5, 1.5, (1, *HEAD_OUT[::-1])).astype("float32"))
+            self.op = swap_last_axes_op(library) if "transpose" in kernels else None
+
+        def construct(self, x):
+            y = x * self.weight
+            y = ops.transpose(y, (0, 2, 1)) if self.op is None else self.op(y)
+            return y * self.scale
+
+    return Swap()
+
+
+def assigner(library: str, kernels: Sequence[str], rng) -> Any:
+    """SimOTA's assigner (forward only: it runs outside the gradient), on its compiled
+    operators if ``kernels`` has them."""
+    from ops.assigner import SimOTAAssigner
+
+    return SimOTAAssigner(ASSIGN_CLASSES, library=library if "assigner" in kernels else None)
+
+
+def assigner_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """The assigner's inputs at the training step's shapes: random predictions, a few real
+    boxes per image among padded rows."""
+    import mindspore as ms
+    import numpy as np
+
+    grids, strides = [], []
+    for stride in (8, 16, 32):
+        n = ASSIGN_SIDE // stride
+        ys, xs = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        grids.append(np.stack([xs.ravel(), ys.ravel()], -1))
+        strides.append(np.full(n * n, stride))
+    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    a = len(stride)
+    pred = np.concatenate(
+        [rng.uniform(0, ASSIGN_SIDE, (BATCH, a, 2)), np.exp(rng.uniform(1, 4, (BATCH, a, 2)))], -1
+    )
+    boxes = np.zeros((BATCH, ASSIGN_ROWS, 4))
+    boxes[:, :ASSIGN_REAL, :2] = rng.uniform(40, ASSIGN_SIDE - 40, (BATCH, ASSIGN_REAL, 2))
+    boxes[:, :ASSIGN_REAL, 2:] = rng.uniform(16, 80, (BATCH, ASSIGN_REAL, 2))
+    mask = np.zeros((BATCH, ASSIGN_ROWS))
+    mask[:, :ASSIGN_REAL] = 1.0
+    classes = rng.integers(0, ASSIGN_CLASSES, (BATCH, ASSIGN_ROWS))
+    f32 = np.float32
+    return tuple(
+        ms.Tensor(x)
+        for x in (
+            pred.astype(f32),
+            rng.standard_normal((BATCH, a)).astype(f32),
+            rng.standard_normal((BATCH, a, ASSIGN_CLASSES)).astype(f32),
+            grid.astype(f32),
+            stride.astype(f32),
+            boxes.astype(f32),
+            classes.astype(np.int32),
+            mask.astype(f32),
+        )
+    )
+
+
+def class_bce(library: str, kernels: Sequence[str], rng) -> Any:
+    """The loss's class term (``ops.bce.ClassBCE``) summed, with its gradient w.r.t. the
+    logits, as the training step runs it; on msdet's operator if ``kernels`` has it.
+    Returns (loss, gradient)."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.bce import ClassBCE
+
+    class Step(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.term = ClassBCE(ASSIGN_CLASSES, library if "class_bce" in kernels else None)
+            self.grad_fn = ms.value_and_grad(self.forward, 0)
+
+        def forward(self, logits, cls, iou, weight):
+            return self.term(logits, cls, iou, weight).sum()
+
+        def construct(self, logits, cls, iou, weight):
+            return self.grad_fn(logits, cls, iou, weight)
+
+    step = Step()
+    step.set_train(True)
+    return step
+
+
+def class_bce_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """The class term's inputs at the training step's shapes: random logits, matched classes
+    and IoUs, a tenth of the anchors in the foreground."""
+    import mindspore as ms
+    import numpy as np
+
+    a = sum((ASSIGN_SIDE // stride) ** 2 for stride in (8, 16, 32))
+    return (
+        ms.Tensor(rng.standard_normal((BATCH, a, ASSIGN_CLASSES)).astype(np.float32) * 4),
+        ms.Tensor(rng.integers(0, ASSIGN_CLASSES, (BATCH, a)).astype(np.int32)),
+        ms.Tensor(rng.random((BATCH, a)).astype(np.float32)),
+        ms.Tensor((rng.random((BATCH, a)) < 0.1).astype(np.float32)),
+    )
+
+
+def sgd(library: str, kernels: Sequence[str], rng) -> Any:
+    """One step of SGD with Nesterov momentum and weight decay over YOLOX-nano's parameters
+    (:data:`SGD_WEIGHTS`, :data:`SGD_VECTORS`): one ``SGD`` operator per parameter, as
+    ``engine.optim`` runs it on MindSpore's operators, or msdet's one operator for all if
+    ``kernels`` has it. Called with the gradients; returns (the first weight's sum after the
+    step,), so the update must have run."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    from ops.sgd import flat_sgd_op
+
+    momentum, decay = SGD_RECIPE
+    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+    decays = [decay if len(shape) > 1 else 0.0 for shape in shapes]
+
+    def f32(*values):
+        return ms.Tensor(np.array(values, np.float32))
+
+    class Update(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.weights = ms.ParameterTuple(
+                ms.Parameter(f32(*rng.uniform(-0.1, 0.1, shape).ravel()).reshape(shape), f"w{i}")
+                for i, shape in enumerate(shapes)
+            )
+            self.accum = self.weights.clone("accum", "zeros")
+            self.stat = self.weights.clone("stat", "ones")
+            self.lr, self.momentum, self.decays = f32(1e-3), f32(momentum), f32(*decays)
+            self.settings = (f32(0.0), f32(1.0))  # dampening, Nesterov
+            self.flat = flat_sgd_op(library, len(shapes)) if "sgd" in kernels else None
+            self.each = tuple(ops.SGD(0.0, d, True) for d in decays)
+
+        def construct(self, *grads):
+            if self.flat is None:
+                done = ()
+                for op, weight, grad, accum, stat in zip(
+                    self.each, self.weights, grads, self.accum, self.stat
+                ):
+                    done = done + (op(weight, grad, self.lr, accum, self.momentum, stat),)
+            else:
+                dampening, nesterov = self.settings
+                done = self.flat(
+                    self.lr, self.momentum, dampening, nesterov, self.decays,
+                    *grads, *self.weights, *self.accum, *self.stat,
+                )  # fmt: skip
+            after = ops.depend(ops.zeros((), ms.float32), done)
+            return (after + self.weights[0].sum(),)
+
+    return Update()
+
+
+def ema(library: str, kernels: Sequence[str], rng) -> Any:
+    """One update of a flat EMA buffer over YOLOX-nano's trainable parameters (the table of
+    :func:`sgd`; the model's EMA also averages its BatchNorm statistics): ``Reshape``s,
+    ``Concat``, ``Lerp`` and ``Assign``, as ``engine.train_step.ModelEMA`` runs on
+    MindSpore's operators, or msdet's one operator if ``kernels`` has it. Returns (the
+    buffer's first value after the update,)."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    from ops.ema import flat_ema_op
+
+    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+
+    class Update(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.sources = ms.ParameterTuple(
+                ms.Parameter(ms.Tensor(rng.standard_normal(shape).astype(np.float32)), f"p{i}")
+                for i, shape in enumerate(shapes)
+            )
+            total = sum(int(np.prod(shape)) for shape in shapes)
+            self.buffer = ms.Parameter(ms.Tensor(np.zeros(total, np.float32)), "buffer")
+            self.weight = ms.Tensor(np.array([1e-4], np.float32))
+            self.flat = flat_ema_op(library, len(shapes)) if "ema" in kernels else None
+
+        def construct(self):
+            if self.flat is None:
+                values = ops.concat([p.reshape((-1,)) for p in self.sources])
+                done = ops.assign(self.buffer, ops.lerp(self.buffer, values, self.weight))
+            else:
+                done = self.flat(self.weight, *self.sources, self.buffer)
+            after = ops.depend(ops.zeros((), ms.float32), done)
+            return (after + self.buffer[0],)
+
+    return Update()
+
+
+def nms(library: str, kernels: Sequence[str], rng) -> Any:
+    """:class:`ops.nms.BatchedNMS` at eval's defaults, 80 classes, on the greedy NMS
+    operator if ``kernels`` has it (else ``NMSWithMask``)."""
+    from ops.nms import BatchedNMS
+
+    conf, iou, topk, max_det = NMS_SETTINGS
+    return BatchedNMS(
+        ASSIGN_CLASSES, conf, iou, topk, max_det, library=library if "nms" in kernels else None
+    )
+
+
+def nms_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """Decoded predictions [8, A, 85] at ``NMS_SIDE``: boxes anywhere in the image, a share
+    ``NMS_VALID_SHARE`` of the anchors confident enough to be candidates."""
+    import mindspore as ms
+    import numpy as np
+
+    a = sum((NMS_SIDE // stride) ** 2 for stride in (8, 16, 32))
+    centres = rng.uniform(0, NMS_SIDE, (BATCH, a, 2))
+    sizes = rng.uniform(8, NMS_SIDE / 3, (BATCH, a, 2))
+    confident = rng.uniform(size=(BATCH, a, 1)) < NMS_VALID_SHARE
+    objectness = np.where(confident, rng.uniform(0.1, 1, (BATCH, a, 1)), 1e-3)
+    classes = rng.uniform(0, 1, (BATCH, a, ASSIGN_CLASSES))
+    pred = np.concatenate([centres, sizes, objectness, classes], -1)
+    return (ms.Tensor(pred.astype(np.float32)),)
+
+
+def _blocks(library: str, kernels: Sequence[str], rng) -> Any:
+    """The benchmark network with ``kernels`` on msdet's library, the rest on MindSpore's."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.batchnorm_silu import BatchNormSiLU
+    from ops.depthwise import DepthwiseConv2d
+
+    def weight(shape):  # no MindSpore initialiser: its random state is not touched
+        return ms.Tensor(rng.uniform(-0.3, 0.3, shape).astype("float32"))
+
+    class NormAct(nn.Cell):
+        def __init__(self, channels: int):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(channels, eps=1e-3, momentum=0.97)
+            self.act = nn.SiLU()
+            fused = "batchnorm_silu" in kernels
+            self.fused = BatchNormSiLU(1e-3, 0.97, library) if fused else None
+
+        def construct(self, x):
+            if self.fused is None:
+                return self.act(self.bn(x))
+            bn = self.bn
+            return self.fused(x, bn.gamma, bn.beta, bn.moving_mean, bn.moving_variance)
+
+    class Block(nn.Cell):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            if "depthwise" in kernels:
+                self.dconv = DepthwiseConv2d(cin, 3, stride, weight((cin, 1, 3, 3)), library)
+            else:
+                self.dconv = nn.Conv2d(
+                    cin, cin, 3, stride, pad_mode="pad", padding=1, group=cin,
+                    weight_init=weight((cin, 1, 3, 3)),
+                )  # fmt: skip
+            self.norm1 = NormAct(cin)
+            self.pconv = nn.Conv2d(cin, cout, 1, weight_init=weight((cout, cin, 1, 1)))
+            self.norm2 = NormAct(cout)
+
+        def construct(self, x):
+            return self.norm2(self.pconv(self.norm1(self.dconv(x))))
+
+    return nn.SequentialCell([Block(cin, cout, s) for cin, cout, _, s in BLOCKS])
+
+
+def _grad_step(net) -> Any:
+    """A Cell computing the sum of ``net``'s output and its gradients w.r.t. the weights,
+    as the training step does (a Cell around ``value_and_grad``: the same network behind an
+    ``ms.jit`` function ran MindSpore's depthwise weight gradient ~40x slower)."""
+    import mindspore as ms
+    from mindspore import nn
+
+    class Step(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            self.grad_fn = ms.value_and_grad(self.forward, None, net.trainable_params())
+
+        def forward(self, *xs):
+            return self.net(*xs).sum()
+
+        def construct(self, *xs):
+            return self.grad_fn(*xs)
+
+    step = Step()
+    step.set_train(True)
+    return step
