@@ -8,7 +8,6 @@ import pytest
 
 from ops import kernel_choice
 from ops.cpu_kernels import KERNELS
-from ops.kernel_benchmarks import SGD_VECTORS, SGD_WEIGHTS
 from ops.kernel_choice import DECISIONS, cached_choice, choice_path, decide, describe
 
 
@@ -148,17 +147,6 @@ def test_the_flat_ema_is_kept_for_its_memory_unless_it_costs_time():
     assert choose("ema", {"ema_ops": 3.0, "ema": 3.3}) == ()
     with pytest.raises(ValueError, match="no time for"):
         choose("ema", {"ema": 1.0})
-
-
-def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
-    from collections import Counter
-
-    from engine.optim import split_decay_params
-    from models.yolox import build_model, load_model_config
-
-    decay, no_decay = split_decay_params(build_model(load_model_config("yolox_nano"), 80))
-    assert Counter(tuple(p.shape) for p in decay) == dict(SGD_WEIGHTS)
-    assert Counter(tuple(p.shape) for p in no_decay) == dict(SGD_VECTORS)
 
 
 def test_describe_is_one_line_with_the_figures():

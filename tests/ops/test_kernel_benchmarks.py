@@ -1,0 +1,32 @@
+"""ops.kernel_benchmarks: the benchmarks behind runtime.cpu_kernels=auto, at YOLOX-nano's shapes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ops import kernel_benchmarks as bench
+from ops.kernel_benchmarks import SGD_VECTORS, SGD_WEIGHTS
+
+
+def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
+    from engine.optim import split_decay_params
+    from models.yolox import build_model, load_model_config
+
+    decay, no_decay = split_decay_params(build_model(load_model_config("yolox_nano"), 80))
+    assert Counter(tuple(p.shape) for p in decay) == dict(SGD_WEIGHTS)
+    assert Counter(tuple(p.shape) for p in no_decay) == dict(SGD_VECTORS)
+
+
+def test_the_inputs_are_at_the_training_steps_shapes():
+    rng = np.random.default_rng(0)
+    (x,) = bench.blocks_inputs(rng, {})
+    assert x.shape == (8, 16, 160, 160)
+    assert [t.shape for t in bench.upsample_inputs(rng, {})] == [(8, 128, 10, 10), (8, 64, 20, 20)]
+    assert bench.transpose_inputs(rng, {})[0].shape == (8, 85, 2100)
+    pred, obj, cls, grid, stride, boxes, classes, mask = bench.assigner_inputs(rng, {})
+    assert pred.shape == (8, 2100, 4) and cls.shape == (8, 2100, 80) and boxes.shape == (8, 50, 4)
+    assert mask.asnumpy().sum(1).tolist() == [5.0] * 8  # 5 real boxes among 50 rows
+    (preds,) = bench.nms_inputs(rng, {})
+    assert preds.shape == (8, 3549, 85)
