@@ -9,6 +9,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import Constant
 
 from models.layers import BaseConv, conv2d, conv_block
+from ops.boxes import decode_boxes
 from ops.cpu_kernels import custom_kernel_library
 from ops.transpose import swap_last_axes_op
 
@@ -26,14 +27,6 @@ def make_grid(h: int, w: int, stride: int) -> tuple[ms.Tensor, ms.Tensor]:
     grid = ops.stack((xs, ys), -1).reshape(-1, 2)
     strides = ops.full((h * w,), stride, dtype=ms.float32)
     return grid, strides
-
-
-def decode_boxes(reg: ms.Tensor, grids: ms.Tensor, strides: ms.Tensor) -> ms.Tensor:
-    """Raw box regression [..., A, 4] -> (cx, cy, w, h) in input pixels."""
-    s = strides.reshape(-1, 1)
-    xy = (reg[..., :2] + grids) * s
-    wh = ops.exp(reg[..., 2:4]) * s
-    return ops.concat((xy, wh), -1)
 
 
 class YOLOXHead(nn.Cell):

@@ -12,10 +12,9 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Parameter, nn, ops
 
-from models.head import decode_boxes
 from ops.assigner import SimOTAAssigner
-from ops.bce import BCEWithLogits, ClassBCE
-from ops.boxes import aligned_iou_cxcywh
+from ops.boxes import decode_boxes
+from ops.loss_terms import LossTerms
 
 
 def gather_gt(values: ms.Tensor, index: ms.Tensor) -> ms.Tensor:
@@ -41,8 +40,7 @@ class YOLOXLoss(nn.Cell):
         self.num_classes = num_classes
         self.iou_weight = iou_weight
         self.assigner = SimOTAAssigner(num_classes, assigner_rule, center_radius)
-        self.bce = BCEWithLogits()
-        self.class_bce = ClassBCE(num_classes)
+        self.terms = LossTerms(num_classes)
         # 1.0 during the no-augmentation epochs; a Parameter so that changing it does not
         # recompile the graph (and it travels into checkpoints for resume).
         self.use_l1 = Parameter(ms.Tensor(0.0, ms.float32), name="use_l1", requires_grad=False)
@@ -61,27 +59,11 @@ class YOLOXLoss(nn.Cell):
         denom = ops.maximum(ops.stop_gradient(num_fg), 1.0)
 
         box_target = gather_gt(gt_boxes, matched_gt)  # [B, A, 4]
-        # Double where: a background anchor's w/h logit may overflow exp (inf box), and a
-        # select after the IoU would still back-propagate 0 x inf = NaN through exp. Only
-        # foreground anchors reach the IoU loss, so the others decode a zero regression.
-        is_fg = fg > 0.5
-        fg_reg = ops.select(
-            ops.broadcast_to(is_fg.expand_dims(-1), reg.shape), reg, ops.zeros_like(reg)
-        )
-        iou = aligned_iou_cxcywh(decode_boxes(fg_reg, grids, strides), box_target)
-        loss_iou = ops.select(is_fg, 1.0 - iou * iou, ops.zeros_like(iou)).sum() / denom
-
-        loss_obj = self.bce(obj, fg).sum() / denom
-
         matched_class = gather_gt(gt_classes, matched_gt)
-        loss_cls = self.class_bce(cls, matched_class, matched_iou, fg).sum() / denom
-
-        s = strides.expand_dims(-1)
-        l1_target = ops.concat(
-            (box_target[..., :2] / s - grids, ops.log(box_target[..., 2:4] / s + 1e-8)), -1
-        )
-        l1 = ops.abs(reg - l1_target).sum(-1)
-        loss_l1 = ops.select(is_fg, l1, ops.zeros_like(l1)).sum() / denom * self.use_l1
+        sums = self.terms(raw, grids, strides, box_target, fg, matched_class, matched_iou)
+        sums = sums / denom
+        loss_iou, loss_obj, loss_cls, loss_l1 = sums[0], sums[1], sums[2], sums[3]
+        loss_l1 = loss_l1 * self.use_l1
 
         loss_iou = loss_iou * self.iou_weight
         total = loss_iou + loss_obj + loss_cls + loss_l1

@@ -10,6 +10,15 @@ import mindspore as ms
 from mindspore import ops
 
 
+def decode_boxes(reg: ms.Tensor, grids: ms.Tensor, strides: ms.Tensor) -> ms.Tensor:
+    """Raw box regression [..., A, 4] -> (cx, cy, w, h) in input pixels: centre
+    ``(reg + grid) * stride``, size ``exp(reg) * stride``, as YOLOX decodes."""
+    s = strides.reshape(-1, 1)
+    xy = (reg[..., :2] + grids) * s
+    wh = ops.exp(reg[..., 2:4]) * s
+    return ops.concat((xy, wh), -1)
+
+
 def pairwise_iou_cxcywh(a: ms.Tensor, b: ms.Tensor) -> ms.Tensor:
     """IoU of every box in ``a`` [B, M, 4] with every box in ``b`` [B, N, 4] -> [B, M, N].
 

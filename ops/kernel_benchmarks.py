@@ -29,6 +29,9 @@ HEAD_OUT = (85, 2100)
 # The assignment's shapes: target rows per image, real boxes among them, anchors at 320 px
 # (strides 8, 16, 32), classes.
 ASSIGN_ROWS, ASSIGN_REAL, ASSIGN_SIDE, ASSIGN_CLASSES = 50, 5, 320, 80
+# The share of anchors in the foreground at the loss: ~290 of 8 x 2,100 in the default run's
+# last epoch (its log's "fg"): 1.7%.
+LOSS_FG_SHARE = 0.02
 # Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
 # passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
 NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
@@ -241,13 +244,7 @@ def assigner_inputs(rng, steps: Mapping[str, Any]) -> tuple:
     import mindspore as ms
     import numpy as np
 
-    grids, strides = [], []
-    for stride in (8, 16, 32):
-        n = ASSIGN_SIDE // stride
-        ys, xs = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        grids.append(np.stack([xs.ravel(), ys.ravel()], -1))
-        strides.append(np.full(n * n, stride))
-    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    grid, stride = _anchor_grid(ASSIGN_SIDE)
     a = len(stride)
     pred = np.concatenate(
         [rng.uniform(0, ASSIGN_SIDE, (BATCH, a, 2)), np.exp(rng.uniform(1, 4, (BATCH, a, 2)))], -1
@@ -274,45 +271,79 @@ def assigner_inputs(rng, steps: Mapping[str, Any]) -> tuple:
     )
 
 
-def class_bce(library: str, kernels: Sequence[str], rng) -> Any:
-    """The loss's class term (``ops.bce.ClassBCE``) summed, with its gradient w.r.t. the
-    logits, as the training step runs it; on msdet's operator if ``kernels`` has it.
-    Returns (loss, gradient)."""
+def loss(library: str, kernels: Sequence[str], rng) -> Any:
+    """The loss's four terms (``ops.loss_terms.LossTerms``), weighted and summed, with their
+    gradient w.r.t. the head's output, as the training step runs them: on msdet's operator
+    for all four if ``kernels`` has ``loss_terms``, else on MindSpore's operators with the
+    class term on its own kernel if ``kernels`` has ``class_bce``. Returns (loss,
+    gradient)."""
     import mindspore as ms
+    import numpy as np
     from mindspore import nn
 
-    from ops.bce import ClassBCE
+    from ops.loss_terms import LossTerms
+
+    weights = ms.Tensor(np.array([5.0, 1.0, 1.0, 1.0], np.float32))  # the IoU term's weight
 
     class Step(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.term = ClassBCE(ASSIGN_CLASSES, library if "class_bce" in kernels else None)
+            self.terms = LossTerms(
+                ASSIGN_CLASSES,
+                library if "loss_terms" in kernels else None,
+                library if "class_bce" in kernels else None,
+            )
             self.grad_fn = ms.value_and_grad(self.forward, 0)
 
-        def forward(self, logits, cls, iou, weight):
-            return self.term(logits, cls, iou, weight).sum()
+        def forward(self, raw, grids, strides, box_target, fg, cls, iou):
+            return (self.terms(raw, grids, strides, box_target, fg, cls, iou) * weights).sum()
 
-        def construct(self, logits, cls, iou, weight):
-            return self.grad_fn(logits, cls, iou, weight)
+        def construct(self, *inputs):
+            return self.grad_fn(*inputs)
 
     step = Step()
     step.set_train(True)
     return step
 
 
-def class_bce_inputs(rng, steps: Mapping[str, Any]) -> tuple:
-    """The class term's inputs at the training step's shapes: random logits, matched classes
-    and IoUs, a tenth of the anchors in the foreground."""
+def loss_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """The terms' inputs at the training step's shapes: random head outputs, matched boxes
+    near their anchors, classes and IoUs, :data:`LOSS_FG_SHARE` of the anchors in the
+    foreground."""
     import mindspore as ms
     import numpy as np
 
-    a = sum((ASSIGN_SIDE // stride) ** 2 for stride in (8, 16, 32))
-    return (
-        ms.Tensor(rng.standard_normal((BATCH, a, ASSIGN_CLASSES)).astype(np.float32) * 4),
-        ms.Tensor(rng.integers(0, ASSIGN_CLASSES, (BATCH, a)).astype(np.int32)),
-        ms.Tensor(rng.random((BATCH, a)).astype(np.float32)),
-        ms.Tensor((rng.random((BATCH, a)) < 0.1).astype(np.float32)),
+    grid, stride = _anchor_grid(ASSIGN_SIDE)
+    a = len(stride)
+    centres = (grid + 0.5) * stride[:, None] + rng.normal(0, 4, (BATCH, a, 2))
+    sizes = stride[None, :, None] * np.exp(rng.normal(0, 0.5, (BATCH, a, 2)))
+    f32 = np.float32
+    return tuple(
+        ms.Tensor(x)
+        for x in (
+            rng.standard_normal((BATCH, a, 5 + ASSIGN_CLASSES)).astype(f32),
+            grid.astype(f32),
+            stride.astype(f32),
+            np.concatenate([centres, sizes], -1).astype(f32),
+            (rng.random((BATCH, a)) < LOSS_FG_SHARE).astype(f32),
+            rng.integers(0, ASSIGN_CLASSES, (BATCH, a)).astype(np.int32),
+            rng.random((BATCH, a)).astype(f32),
+        )
     )
+
+
+def _anchor_grid(side: int):
+    """The anchor points at ``side`` px (strides 8, 16, 32): grid cells [A, 2] and strides
+    [A], numpy, as ``models.head.make_grid`` lays them out."""
+    import numpy as np
+
+    grids, strides = [], []
+    for stride in (8, 16, 32):
+        n = side // stride
+        ys, xs = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        grids.append(np.stack([xs.ravel(), ys.ravel()], -1))
+        strides.append(np.full(n * n, stride))
+    return np.concatenate(grids), np.concatenate(strides)
 
 
 def sgd(library: str, kernels: Sequence[str], rng) -> Any:

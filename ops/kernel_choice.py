@@ -139,11 +139,11 @@ DECISIONS: dict[str, Decision] = {
             bench.assigner_inputs,
         ),
         Decision(
-            "class_bce",
-            {"bce_ops": (), "class_bce": ("class_bce",)},
+            "loss",
+            {"loss_ops": (), "class_bce": ("class_bce",), "loss_terms": ("loss_terms",)},
             _winner,
-            bench.class_bce,
-            bench.class_bce_inputs,
+            bench.loss,
+            bench.loss_inputs,
         ),
         Decision(
             "nms", {"nms_with_mask": (), "nms": ("nms",)}, _winner, bench.nms, bench.nms_inputs

@@ -10,10 +10,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from models.backbone import Darknet53
-from models.head import decode_boxes, make_grid, prior_bias
+from models.head import make_grid, prior_bias
 from models.layers import BN_EPS, BN_MOMENTUM, BaseConv, Focus, ResLayer, SPPBottleneck
 from models.neck import YOLOFPN
 from models.yolox import architecture, build_model, load_model_config, model_names
+from ops.boxes import decode_boxes
 
 # Parameter counts of the PyTorch original at 80 classes (trainable parameters).
 ORIGINAL_PARAMS = {

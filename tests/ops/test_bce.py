@@ -149,7 +149,7 @@ def test_the_loss_on_the_kernel_is_the_loss_on_operators(library):
     with cpu_kernels.kernels_enabled(library, ("class_bce",)):
         on_kernel = YOLOXLoss(CLASSES)
     on_ops = YOLOXLoss(CLASSES)
-    assert on_kernel.class_bce.op is not None and on_ops.class_bce.op is None
+    assert on_kernel.terms.class_bce.op is not None and on_ops.terms.class_bce.op is None
     results = [
         _values_and_grad(loss, raw, grids, strides, targets, mask) for loss in (on_kernel, on_ops)
     ]
