@@ -1,15 +1,16 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves ten spots of YOLOX slow or large (BENCHMARKS.md):
+MindSpore 2.10's CPU backend leaves eleven spots of YOLOX slow or large (BENCHMARKS.md):
 depthwise convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
 element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
 slow ``Tile`` and a ``ReduceSum``, SPP's max-pools have a slow ``MaxPoolGrad``, the head's
 ``Transpose`` keeps an index per element, SimOTA's assignment runs as ~100 small operators
 over [B, M, A], the loss's class term runs as a dozen element-wise operators and a slow
-``ReduceSum`` over every anchor's classes, ``NMSWithMask`` works on every candidate slot,
-valid or not, SGD runs one operator per parameter, and the EMA reshapes every parameter
-into one buffer. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``,
-``ops.spp_pool``, ``ops.transpose``, ``ops.assigner``, ``ops.bce``, ``ops.nms``,
+``ReduceSum`` over every anchor's classes, the loss's four terms together take ~60
+operators around the head's output, ``NMSWithMask`` works on every candidate slot, valid
+or not, SGD runs one operator per parameter, and the EMA reshapes every parameter into one
+buffer. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.spp_pool``,
+``ops.transpose``, ``ops.assigner``, ``ops.bce``, ``ops.loss_terms``, ``ops.nms``,
 ``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators whose
 C++ lives in ``kernels/``. The library is compiled once with the system C++ compiler and
 optimisation flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
