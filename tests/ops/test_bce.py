@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from models.loss import YOLOXLoss
-from ops import cpu_kernels
 from ops.bce import BCEWithLogits, ClassBCE
-from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
+from tests.loss_cases import loss_with_and_without
 
 CLASSES = 80
 # Logits a trained head produces, and the edges of the kernel's exp and log1p: signed zeros,
@@ -126,34 +124,13 @@ def test_the_kernel_rejects_what_it_does_not_compute(library):
         term(ms.Tensor(logits[:, :49]), ms.Tensor(cls), ms.Tensor(iou), ms.Tensor(weight)).asnumpy()
 
 
-def _values_and_grad(loss, raw, *rest):
-    def total(r):
-        return loss(r, *rest)[0]
-
-    values = loss(raw, *rest)
-    _, grad = ms.value_and_grad(total)(raw)
-    return [float(v.asnumpy()) for v in values], grad.asnumpy()
-
-
 def test_the_loss_on_the_kernel_is_the_loss_on_operators(library):
     """YOLOXLoss built with the class kernel enabled: the same total, class term and
     gradient as without it, to float rounding."""
-    rng = np.random.default_rng(3)
-    grids, strides = anchor_grid(128)
-    counts = [6, 0, 3, 9]
-    raw = random_raw_outputs(rng, len(counts), len(strides), CLASSES)
-    targets, mask = random_targets(rng, counts, 128, CLASSES, 20)
-    raw, grids, strides, targets, mask = (
-        ms.Tensor(a) for a in (raw, grids, strides, targets, mask)
+    (on_kernel, kernel_values, kernel_grad), (on_ops, ops_values, ops_grad) = loss_with_and_without(
+        library, ("class_bce",), CLASSES
     )
-    with cpu_kernels.kernels_enabled(library, ("class_bce",)):
-        on_kernel = YOLOXLoss(CLASSES)
-    on_ops = YOLOXLoss(CLASSES)
     assert on_kernel.terms.class_bce.op is not None and on_ops.terms.class_bce.op is None
-    results = [
-        _values_and_grad(loss, raw, grids, strides, targets, mask) for loss in (on_kernel, on_ops)
-    ]
-    (kernel_values, kernel_grad), (ops_values, ops_grad) = results
     assert ops_values[3] > 0.1 and ops_values[5] > 0  # a class term, foreground anchors
     np.testing.assert_allclose(kernel_values, ops_values, rtol=2e-6)
     assert np.abs(ops_grad[..., 5:]).max() > 1e-3

@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from models.loss import YOLOXLoss
-from ops import cpu_kernels
 from ops.loss_terms import TERMS, LossTerms
-from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
+from tests.loss_cases import anchor_grid, loss_with_and_without, random_raw_outputs
 
 CLASSES = 80
 WEIGHTS = np.array([5.0, 1.0, 1.3, 0.7])  # the IoU term's weight, and the others differ
@@ -147,37 +145,14 @@ def test_the_kernel_rejects_what_it_does_not_compute(library):
               ms.Tensor(iou)).asnumpy()  # fmt: skip
 
 
-def _values_and_grad(loss, raw, *rest):
-    def total(r):
-        return loss(r, *rest)[0]
-
-    values = loss(raw, *rest)
-    _, grad = ms.value_and_grad(total)(raw)
-    return [float(v.asnumpy()) for v in values], grad.asnumpy()
-
-
 @pytest.mark.parametrize("use_l1", [0.0, 1.0])
 def test_the_loss_on_the_kernel_is_the_loss_on_operators(library, use_l1):
     """YOLOXLoss built with the terms' kernel enabled: the same total, terms and gradient
     as on MindSpore's operators, to float rounding, with the L1 term off and on."""
-    rng = np.random.default_rng(3)
-    grids, strides = anchor_grid(128)
-    counts = [6, 0, 3, 9]
-    raw = random_raw_outputs(rng, len(counts), len(strides), CLASSES)
-    targets, mask = random_targets(rng, counts, 128, CLASSES, 20)
-    raw, grids, strides, targets, mask = (
-        ms.Tensor(a) for a in (raw, grids, strides, targets, mask)
+    (on_kernel, kernel_values, kernel_grad), (on_ops, ops_values, ops_grad) = loss_with_and_without(
+        library, ("loss_terms",), CLASSES, use_l1
     )
-    with cpu_kernels.kernels_enabled(library, ("loss_terms",)):
-        on_kernel = YOLOXLoss(CLASSES)
-    on_ops = YOLOXLoss(CLASSES)
     assert on_kernel.terms.op is not None and on_ops.terms.op is None
-    for loss in (on_kernel, on_ops):
-        loss.use_l1.set_data(ms.Tensor(use_l1, ms.float32))
-    results = [
-        _values_and_grad(loss, raw, grids, strides, targets, mask) for loss in (on_kernel, on_ops)
-    ]
-    (kernel_values, kernel_grad), (ops_values, ops_grad) = results
     assert min(ops_values[1:4]) > 0.1 and ops_values[5] > 0  # every term, foreground anchors
     assert (ops_values[4] > 0.1) == (use_l1 == 1.0)
     np.testing.assert_allclose(kernel_values, ops_values, rtol=2e-6)
