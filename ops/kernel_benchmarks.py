@@ -6,7 +6,7 @@ the names in ``kernels`` and on MindSpore's operators for the others, and
 ``NAME_inputs(rng, steps)`` its inputs (``steps``: the Cells built, by variant). All run at
 the training step's shapes (YOLOX-nano, batch 8, 320 px, 80 classes) except NMS, at the
 inference benchmark's (416 px). ``ops`` may not import ``models``, so the shapes the model
-gives are listed here (tests/ops/test_kernel_choice.py checks them against the model).
+gives are listed here (tests/ops/test_kernel_benchmarks.py checks them against the model).
 Weights come from ``rng``, never from MindSpore's initialisers: its random state is not
 touched.
 """
@@ -105,20 +105,6 @@ def transpose_inputs(rng, steps: Mapping[str, Any]) -> tuple:
     import numpy as np
 
     return (ms.Tensor(rng.standard_normal((BATCH, *HEAD_OUT), np.float32)),)
-
-
-def sgd_inputs(rng, steps: Mapping[str, Any]) -> tuple:
-    """One gradient per parameter of :func:`sgd`'s Cells."""
-    import mindspore as ms
-    import numpy as np
-
-    weights = next(iter(steps.values())).weights
-    return tuple(ms.Tensor(rng.standard_normal(p.shape).astype(np.float32) * 1e-3) for p in weights)
-
-
-def ema_inputs(rng, steps: Mapping[str, Any]) -> tuple:
-    """None: the EMA's Cells hold their sources."""
-    return ()
 
 
 def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
@@ -398,6 +384,15 @@ def sgd(library: str, kernels: Sequence[str], rng) -> Any:
     return Update()
 
 
+def sgd_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """One gradient per parameter of :func:`sgd`'s Cells."""
+    import mindspore as ms
+    import numpy as np
+
+    weights = next(iter(steps.values())).weights
+    return tuple(ms.Tensor(rng.standard_normal(p.shape).astype(np.float32) * 1e-3) for p in weights)
+
+
 def ema(library: str, kernels: Sequence[str], rng) -> Any:
     """One update of a flat EMA buffer over YOLOX-nano's trainable parameters (the table of
     :func:`sgd`; the model's EMA also averages its BatchNorm statistics): ``Reshape``s,
@@ -434,6 +429,11 @@ def ema(library: str, kernels: Sequence[str], rng) -> Any:
             return (after + self.buffer[0],)
 
     return Update()
+
+
+def ema_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    """None: the EMA's Cells hold their sources."""
+    return ()
 
 
 def nms(library: str, kernels: Sequence[str], rng) -> Any:
