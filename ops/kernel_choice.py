@@ -202,7 +202,9 @@ def decide(library: str, threads: int, mindspore_version: str) -> dict:
         record = cached_choice(library, threads, mindspore_version)  # another rank's
         if record is not None:
             return record
-        log.info("measuring which of msdet's CPU kernels are faster here (once per library and thread count, under a minute)")
+        log.info(
+            "measuring which of msdet's CPU kernels are faster here (once per library and thread count, under a minute)"
+        )
         record = _measure_in_child(library, threads)
         if "error" in record:
             log.warning(
