@@ -203,7 +203,8 @@ def decide(library: str, threads: int, mindspore_version: str) -> dict:
         if record is not None:
             return record
         log.info(
-            "measuring which of msdet's CPU kernels are faster here (once per library and thread count, under a minute)"
+            "measuring which of msdet's CPU kernels are faster here "
+            "(once per library and thread count, under a minute)"
         )
         record = _measure_in_child(library, threads)
         if "error" in record:
