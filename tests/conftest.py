@@ -9,6 +9,8 @@ configure_process_env("CPU")
 
 import mindspore as ms  # noqa: E402  (after the environment is prepared)
 
+from tests.modes import execution_mode  # noqa: E402
+
 # msdet runs in graph mode by default (MindSpore's own default is PyNative).
 ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -16,7 +18,5 @@ ms.set_context(mode=ms.GRAPH_MODE)
 @pytest.fixture(scope="module")
 def graph_mode():
     """Graph mode for a whole module, as eval and export run (whatever ran before it)."""
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
+    with execution_mode(ms.GRAPH_MODE):
+        yield

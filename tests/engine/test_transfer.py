@@ -19,6 +19,7 @@ from engine.transfer import (
 )
 from models.loss import DetectorWithLoss, YOLOXLoss
 from models.yolox import build_model, load_model_config
+from tests.modes import execution_mode
 
 SGD = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.05})
 
@@ -37,10 +38,8 @@ def _batch(seed: int = 0):
 @pytest.fixture
 def pynative():
     """PyNative mode: a nano training step without a ~40 s graph compile."""
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=previous)
+    with execution_mode(ms.PYNATIVE_MODE):
+        yield
 
 
 def _values(net):

@@ -16,6 +16,7 @@ from models.layers import BN_EPS, BN_MOMENTUM, BaseConv
 from ops import cpu_kernels
 from ops.batchnorm_silu import BatchNormSiLU
 from ops.cpu_kernels import set_kernel_threads
+from tests.modes import execution_mode
 
 
 class Native(nn.Cell):
@@ -115,12 +116,8 @@ def test_matches_batchnorm_and_silu_in_graph_mode(library, graph_mode, shape):
 
 
 def test_matches_in_pynative_mode(library):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
+    with execution_mode(ms.PYNATIVE_MODE):
         ref, got, ref_stats, got_stats = _run_both(library, (2, 4, 6, 5), seed=1)
-    finally:
-        ms.set_context(mode=previous)
     for r, g in zip(ref + ref_stats, got + got_stats):
         _close(g, r, 2e-5, "pynative")  # measured <= 9.7e-7 under every CPU variant
 

@@ -10,6 +10,7 @@ from mindspore import nn
 
 from ops.bce import BCEWithLogits, ClassBCE
 from tests.loss_cases import loss_with_and_without
+from tests.modes import execution_mode
 
 CLASSES = 80
 # Logits a trained head produces, and the edges of the kernel's exp and log1p: signed zeros,
@@ -65,16 +66,12 @@ def _inputs(rows=(4, 700), seed=0):
 
 
 def _run(library, mode, inputs):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=mode)
-    try:
+    with execution_mode(mode):
         net = WeightedTerm(library)
         tensors = [ms.Tensor(x) for x in inputs]
         loss = net.term(*tensors[:4]).asnumpy()
         grad = ms.grad(net, grad_position=0)(*tensors).asnumpy()
         return net.term.op is not None, loss, grad
-    finally:
-        ms.set_context(mode=previous)
 
 
 def _reference(logits, cls, iou, weight, dloss):

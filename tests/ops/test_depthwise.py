@@ -9,6 +9,7 @@ from mindspore import nn, ops
 
 from ops import cpu_kernels
 from ops.depthwise import DepthwiseConv2d
+from tests.modes import execution_mode
 
 
 class WithSens(nn.Cell):
@@ -108,12 +109,8 @@ def test_the_3x3_fast_path_gives_the_general_loops_bits(library, graph_mode, sha
 
 
 def test_matches_conv2d_in_pynative_mode(library):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
+    with execution_mode(ms.PYNATIVE_MODE):
         ref, got = _run_both(library, (2, 3, 11, 9), 3, 2)
-    finally:
-        ms.set_context(mode=previous)
     for r, g in zip(ref, got):  # measured <= 9.7e-8 relative under every CPU variant
         np.testing.assert_allclose(g, r, rtol=0, atol=1e-5 * max(1.0, np.abs(r).max()))
 

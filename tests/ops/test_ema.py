@@ -10,6 +10,7 @@ from mindspore import Parameter, nn
 
 from engine.train_step import ModelEMA
 from ops import cpu_kernels
+from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), ())
 
@@ -24,9 +25,7 @@ class Weights(nn.Cell):
 
 
 def _averages(library, mode):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=mode)
-    try:
+    with execution_mode(mode):
         net = Weights()
         with cpu_kernels.kernels_enabled(library, ("ema",)):
             ema = ModelEMA(net, decay=0.9)
@@ -39,8 +38,6 @@ def _averages(library, mode):
                 param.set_data(ms.Tensor(value.astype(np.float32)))
             ema()
         return ema, ema.buffer.asnumpy().copy(), float(ema.updates.asnumpy())
-    finally:
-        ms.set_context(mode=previous)
 
 
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])

@@ -10,6 +10,7 @@ from mindspore import nn
 
 from ops.loss_terms import TERMS, LossTerms
 from tests.loss_cases import anchor_grid, loss_with_and_without, random_raw_outputs
+from tests.modes import execution_mode
 
 CLASSES = 80
 WEIGHTS = np.array([5.0, 1.0, 1.3, 0.7])  # the IoU term's weight, and the others differ
@@ -75,16 +76,12 @@ class Weighted(nn.Cell):
 
 
 def _run(library, mode, inputs):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=mode)
-    try:
+    with execution_mode(mode):
         net = Weighted(library)
         tensors = [ms.Tensor(x) for x in inputs]
         sums = net.terms(*tensors).asnumpy()
         grad = ms.grad(net, grad_position=0)(*tensors).asnumpy()
         return net.terms.op is not None, sums, grad
-    finally:
-        ms.set_context(mode=previous)
 
 
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])

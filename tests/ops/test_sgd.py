@@ -10,6 +10,7 @@ from mindspore import Parameter, nn, ops
 
 from engine.optim import DecayInKernelSGD
 from ops import cpu_kernels
+from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), (1,))
 
@@ -99,13 +100,9 @@ def test_the_flat_path_is_skipped_where_it_does_not_apply(library):
 
 
 def test_pynative_mode_updates_in_place_too(library):
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
+    with execution_mode(ms.PYNATIVE_MODE):
         _, _, got, read = _run(library, True)
         _, _, expected, _ = _run(None, True)
-    finally:
-        ms.set_context(mode=mode)
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     assert read[-1] == pytest.approx(
