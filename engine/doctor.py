@@ -3,8 +3,9 @@
 Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
 versions when present, numpy/OpenCV versions, whether the CPU oneDNN fix is active, msdet's
 compiled CPU kernels (the compiler, whether the library for this CPU is built, which kernels
-``runtime.cpu_kernels=auto`` measured to be faster here), and a verdict with what to fix. The version matrix (MindSpore x CANN x driver) is the first wall
-Ascend users hit; this shows where a machine stands.
+``runtime.cpu_kernels=auto`` measured to be faster here), and a verdict with what to fix.
+The version matrix (MindSpore x CANN x driver) is the first wall Ascend users hit; this
+shows where a machine stands.
 """
 
 from __future__ import annotations
