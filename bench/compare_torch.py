@@ -7,11 +7,11 @@
 Each round runs, in fresh processes, the original's training step, msdet's, then both
 inference benchmarks (forward + NMS/postprocess), alternating so that machine noise hits
 both sides alike; every other round each pair runs msdet's side first. Reports the median
-of each side over the rounds, peak RSS, and ratios (> 1: msdet is faster / leaner). Same model size, batch, image size and number of targets
-on both sides; msdet pads targets to ``--max-objects`` (its static shapes), the original
-loops over the real ones. ``--isa avx2`` runs both sides without AVX-512 on a CPU that has
-it (ISA_CAPS), the nearest this machine comes to an AVX2-only CPU of its family. The last
-line is ``RESULT {json}``.
+of each side over the rounds, peak RSS, and ratios (> 1: msdet is faster / leaner). Same
+model size, batch, image size and number of targets on both sides; msdet pads targets to
+``--max-objects`` (its static shapes), the original loops over the real ones. ``--isa
+avx2`` runs both sides without AVX-512 on a CPU that has it (ISA_CAPS), the nearest this
+machine comes to an AVX2-only CPU of its family. The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
