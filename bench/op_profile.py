@@ -57,6 +57,11 @@ def msdet_category(op_type: str, scope: str) -> str:
         return DENSE_FWD
     if op_type.startswith("Conv2DBackprop"):
         return DENSE_BWD
+    # msdet's Focus kernel (the stem's phases and convolution; Focus's own Custom)
+    if "stem-Focus/Custom" in scope:
+        return DENSE_FWD
+    if "stem-Focus/Grad_Custom" in scope:
+        return DENSE_BWD
     if "BatchNormSiLU" in scope or op_type.startswith("BatchNorm") or "/_SiLU" in scope:
         return BN_SILU
     # MindSpore's pools, or msdet's pools kernel (SPPBottleneck's own Custom, either way)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
@@ -19,6 +18,7 @@ from ops.batchnorm_silu import BatchNormSiLU
 from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from ops.depthwise import DepthwiseConv2d
+from ops.focus_conv import focus_conv_op, space_to_depth_weight
 from ops.spp_pool import spp_pools_op
 from ops.upsample import upsample2x, upsample2x_op
 
@@ -105,7 +105,10 @@ class BaseConv(nn.Cell):
         )
 
     def construct(self, x):
-        x = self.conv(x)
+        return self.normalize(self.conv(x))
+
+    def normalize(self, x):
+        """BatchNorm and the activation of the convolution's output ``x``."""
         if self.fused is None:
             return self.act(self.bn(x))
         bn = self.bn
@@ -258,8 +261,14 @@ class Focus(nn.Cell):
         super().__init__()
         self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)
         self.phases = ms.Tensor(space_to_depth_weight(in_channels))
+        library = custom_kernel_library("focus")
+        # The phases and the 3x3 convolution in one compiled operator (ops.focus_conv), on
+        # the same weight Parameter; float32 only (not under AMP's float16).
+        self.fused = focus_conv_op(library) if library and (ksize, stride) == (3, 1) else None
 
     def construct(self, x):
+        if self.fused is not None and x.dtype == ms.float32:
+            return self.conv.normalize(self.fused(x, self.conv.conv.weight))
         # The phases are picked by a 2x2 stride-2 convolution with a one-hot weight (a
         # plain Tensor, not a Parameter: checkpoints keep their keys): each output is one
         # input pixel times 1 plus zeros, so the values are exactly the pixels. A
@@ -268,18 +277,6 @@ class Focus(nn.Cell):
         # Under float16 (AMP, or the 910A's cube) the phases are the pixels in float16,
         # which is what the Focus conv computes with there anyway.
         return self.conv(ops.conv2d(x, self.phases.astype(x.dtype), stride=2))
-
-
-def space_to_depth_weight(channels: int) -> np.ndarray:
-    """One-hot ``[4C, C, 2, 2]`` weight of a 2x2 stride-2 conv that stacks the four pixel
-    phases on channels in YOLOX's order: top-left, bottom-left, top-right, bottom-right,
-    i.e. output channel ``(column phase * 2 + row phase) * C + c``."""
-    weight = np.zeros((4 * channels, channels, 2, 2), np.float32)
-    for dx in range(2):
-        for dy in range(2):
-            for c in range(channels):
-                weight[(dx * 2 + dy) * channels + c, c, dy, dx] = 1.0
-    return weight
 
 
 class Upsample2x(nn.Cell):

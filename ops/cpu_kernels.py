@@ -76,6 +76,7 @@ CXX_FLAGS = (
 KERNELS = (
     "depthwise",
     "batchnorm_silu",
+    "focus",
     "upsample",
     "spp",
     "transpose",
@@ -89,6 +90,7 @@ KERNELS = (
 LABELS = {
     "depthwise": "depthwise convolutions",
     "batchnorm_silu": "BatchNorm+SiLU",
+    "focus": "the Focus stem",
     "upsample": "2x upsampling",
     "spp": "SPP's max-pools",
     "transpose": "the head's transpose",

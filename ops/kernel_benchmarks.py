@@ -22,6 +22,8 @@ BATCH = 8
 BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (64, 128, 40, 2))
 # (channels, input side): the inputs of YOLOX-nano's two upsamplings (PAFPN) at 320 px.
 UPSAMPLES = ((128, 10), (64, 20))
+# (image channels, stem width, side): YOLOX-nano's Focus stem at 320 px.
+FOCUS = (3, 16, 320)
 # (channels in, side): YOLOX-nano's SPP block at 320 px (its pools see half the channels).
 SPP = (256, 10)
 # The head's outputs before the swap at 320 px, 80 classes: [B, 85, 2,100].
@@ -80,6 +82,20 @@ def upsample_inputs(rng, steps: Mapping[str, Any]) -> tuple:
     return tuple(
         ms.Tensor(rng.standard_normal((BATCH, c, side, side), np.float32)) for c, side in UPSAMPLES
     )
+
+
+def focus(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's Focus stem (:data:`FOCUS`): its phases and 3x3 convolution, forward and
+    weight gradient (the image needs no gradient)."""
+    return _grad_step(_focus(library, kernels, rng))
+
+
+def focus_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    channels, _, side = FOCUS
+    return (ms.Tensor(rng.uniform(0.0, 255.0, (BATCH, channels, side, side)).astype(np.float32)),)
 
 
 def spp(library: str, kernels: Sequence[str], rng) -> Any:
@@ -143,6 +159,35 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
             return total
 
     return Net()
+
+
+def _focus(library: str, kernels: Sequence[str], rng) -> Any:
+    """The stem's phases and 3x3 convolution (``models.layers.Focus`` without its BatchNorm):
+    on msdet's kernel if ``kernels`` has it, else the one-hot phases convolution and
+    ``Conv2D``. Its output is not weighted as the other benchmarks' are: a multiplication
+    over [8, 16, 160, 160] would take as long as the kernel."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from ops.focus_conv import focus_conv_op, space_to_depth_weight
+
+    channels, width, _ = FOCUS
+
+    class Stem(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            weight = rng.uniform(-0.05, 0.05, (width, 4 * channels, 3, 3)).astype("float32")
+            self.weight = ms.Parameter(ms.Tensor(weight), name="weight")
+            self.phases = ms.Tensor(space_to_depth_weight(channels))
+            self.op = focus_conv_op(library) if "focus" in kernels else None
+
+        def construct(self, x):
+            if self.op is not None:
+                return self.op(x, self.weight)
+            phases = ops.conv2d(x, self.phases, stride=2)
+            return ops.conv2d(phases, self.weight, pad_mode="pad", padding=1)
+
+    return Stem()
 
 
 def _spp(library: str, kernels: Sequence[str], rng) -> Any:

@@ -117,6 +117,13 @@ DECISIONS: dict[str, Decision] = {
             bench.blocks_inputs,
         ),
         Decision(
+            "focus",
+            {"focus_ops": (), "focus": ("focus",)},
+            _winner,
+            bench.focus,
+            bench.focus_inputs,
+        ),
+        Decision(
             "upsample",
             {"tile": (), "upsample": ("upsample",)},
             _winner,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bench.op_profile import BN_SILU, DENSE_FWD, OPTIM, OTHER, POOL, msdet_category
+from bench.op_profile import BN_SILU, DENSE_BWD, DENSE_FWD, OPTIM, OTHER, POOL, msdet_category
 
 NET = "Default/net_with_loss-DetectorWithLoss/network-YOLOX"
 SPP = f"{NET}/backbone-YOLOPAFPN/backbone-CSPDarknet/dark5-SequentialCell/1-SPPBottleneck"
+STEM = f"{NET}/backbone-YOLOPAFPN/backbone-CSPDarknet/stem-Focus"
 
 
 def test_spps_kernel_counts_as_pooling_and_its_convolutions_as_theirs():
@@ -20,3 +21,10 @@ def test_spps_kernel_counts_as_pooling_and_its_convolutions_as_theirs():
 def test_the_flat_sgd_counts_as_the_optimizer_and_the_heads_transpose_as_the_rest():
     assert msdet_category("Custom", "Default/optimizer-DecayInKernelSGD/Custom-op0") == OPTIM
     assert msdet_category("Custom", f"{NET}/head-YOLOXHead/Custom-op0") == OTHER
+
+
+def test_the_focus_kernel_counts_as_a_dense_convolution_and_its_batchnorm_as_batchnorm():
+    assert msdet_category("Custom", f"{STEM}/Custom-op0") == DENSE_FWD
+    assert msdet_category("Custom", f"Gradients/{STEM}/Grad_Custom/Custom-op0") == DENSE_BWD
+    norm = f"{STEM}/conv-BaseConv/fused-BatchNormSiLU/Custom-op0"
+    assert msdet_category("Custom", norm) == BN_SILU

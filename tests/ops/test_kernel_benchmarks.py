@@ -23,6 +23,7 @@ def test_the_inputs_are_at_the_training_steps_shapes():
     rng = np.random.default_rng(0)
     (x,) = bench.blocks_inputs(rng, {})
     assert x.shape == (8, 16, 160, 160)
+    assert bench.focus_inputs(rng, {})[0].shape == (8, 3, 320, 320)
     assert [t.shape for t in bench.upsample_inputs(rng, {})] == [(8, 128, 10, 10), (8, 64, 20, 20)]
     assert bench.transpose_inputs(rng, {})[0].shape == (8, 85, 2100)
     pred, obj, cls, grid, stride, boxes, classes, mask = bench.assigner_inputs(rng, {})
@@ -30,3 +31,11 @@ def test_the_inputs_are_at_the_training_steps_shapes():
     assert mask.asnumpy().sum(1).tolist() == [5.0] * 8  # 5 real boxes among 50 rows
     (preds,) = bench.nms_inputs(rng, {})
     assert preds.shape == (8, 3549, 85)
+
+
+def test_the_focus_benchmark_has_yolox_nanos_stem():
+    from models.yolox import build_model, load_model_config
+
+    stem = build_model(load_model_config("yolox_nano"), 80).backbone.backbone.stem
+    channels, width, _ = bench.FOCUS
+    assert tuple(stem.conv.conv.weight.shape) == (width, 4 * channels, 3, 3)
