@@ -57,10 +57,11 @@ def msdet_category(op_type: str, scope: str) -> str:
         return DENSE_FWD
     if op_type.startswith("Conv2DBackprop"):
         return DENSE_BWD
-    # msdet's Focus kernel (the stem's phases and convolution; Focus's own Custom)
-    if "stem-Focus/Custom" in scope:
+    # msdet's Focus kernel (the stem's phases and convolution; Focus's own Custom) and its
+    # 1x1 convolutions' kernel
+    if "stem-Focus/Custom" in scope or ("PointwiseConv2d" in scope and "Gradients" not in scope):
         return DENSE_FWD
-    if "stem-Focus/Grad_Custom" in scope:
+    if "stem-Focus/Grad_Custom" in scope or "PointwiseConv2d" in scope:
         return DENSE_BWD
     if "BatchNormSiLU" in scope or op_type.startswith("BatchNorm") or "/_SiLU" in scope:
         return BN_SILU

@@ -19,6 +19,7 @@ from ops.cpu_kernels import custom_kernel_library
 from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from ops.depthwise import DepthwiseConv2d
 from ops.focus_conv import focus_conv_op, space_to_depth_weight
+from ops.pointwise_conv import PointwiseConv2d
 from ops.spp_pool import spp_pools_op
 from ops.upsample import upsample2x, upsample2x_op
 
@@ -51,6 +52,9 @@ def conv2d(
     depthwise = groups == in_channels == out_channels and groups > 1 and not bias
     if library and depthwise and ksize % 2 == 1 and stride in CUSTOM_DEPTHWISE_STRIDES:
         return DepthwiseConv2d(in_channels, ksize, stride, weight_init, library)
+    library = custom_kernel_library("pointwise")
+    if library and ksize == 1 and stride == 1 and groups == 1 and not bias:
+        return PointwiseConv2d(in_channels, out_channels, weight_init, library)
     return nn.Conv2d(
         in_channels,
         out_channels,

@@ -36,7 +36,7 @@ def focus_conv_op(library: str):
     )
 
     def bprop(x, w, out, dout):
-        return image_grad(dout, w, x.shape), weight_grad(x, dout, w)
+        return _image_grad(dout, w, x.shape), weight_grad(x, dout, w)
 
     return ops.Custom(
         f"{library}:FocusConvForward",
@@ -47,7 +47,7 @@ def focus_conv_op(library: str):
     )
 
 
-def image_grad(dout, w, x_shape):
+def _image_grad(dout, w, x_shape):
     """The gradient of the image ``[N, C, H, W]``: the convolution's input gradient at the
     phases ``[N, 4C, H/2, W/2]``, each phase put back at its pixels (depth-to-space)."""
     n, c, h, wd = x_shape

@@ -24,6 +24,9 @@ BLOCKS = ((16, 32, 160, 2), (32, 32, 80, 1), (32, 64, 80, 2), (64, 64, 40, 1), (
 UPSAMPLES = ((128, 10), (64, 20))
 # (image channels, stem width, side): YOLOX-nano's Focus stem at 320 px.
 FOCUS = (3, 16, 320)
+# (channels in, channels out, side): the commonest of YOLOX-nano's 1x1 convolutions at
+# 320 px (42 of its 73 without a bias).
+POINTWISE = ((64, 64, 20), (32, 32, 40), (64, 64, 40), (256, 128, 10), (128, 64, 20))
 # (channels in, side): YOLOX-nano's SPP block at 320 px (its pools see half the channels).
 SPP = (256, 10)
 # The head's outputs before the swap at 320 px, 80 classes: [B, 85, 2,100].
@@ -96,6 +99,22 @@ def focus_inputs(rng, steps: Mapping[str, Any]) -> tuple:
 
     channels, _, side = FOCUS
     return (ms.Tensor(rng.uniform(0.0, 255.0, (BATCH, channels, side, side)).astype(np.float32)),)
+
+
+def pointwise(library: str, kernels: Sequence[str], rng) -> Any:
+    """YOLOX-nano's commonest 1x1 convolutions (:data:`POINTWISE`), forward and backward
+    (both gradients)."""
+    return _grad_step(_pointwise(library, kernels, rng))
+
+
+def pointwise_inputs(rng, steps: Mapping[str, Any]) -> tuple:
+    import mindspore as ms
+    import numpy as np
+
+    return tuple(
+        ms.Tensor(rng.standard_normal((BATCH, cin, side, side), np.float32))
+        for cin, _, side in POINTWISE
+    )
 
 
 def spp(library: str, kernels: Sequence[str], rng) -> Any:
@@ -188,6 +207,47 @@ def _focus(library: str, kernels: Sequence[str], rng) -> Any:
             return ops.conv2d(phases, self.weight, pad_mode="pad", padding=1)
 
     return Stem()
+
+
+def _pointwise(library: str, kernels: Sequence[str], rng) -> Any:
+    """For each shape of :data:`POINTWISE`, a 1x1 convolution and one back to its input's
+    channels (as a CSP bottleneck's pair), behind a per-channel gain (a parameter, so that
+    every input gradient is computed, as in the network); on msdet's kernel if ``kernels``
+    has it, else ``nn.Conv2d``."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from ops.pointwise_conv import PointwiseConv2d
+
+    def conv(cin: int, cout: int) -> nn.Cell:
+        w = ms.Tensor(rng.uniform(-0.1, 0.1, (cout, cin, 1, 1)).astype("float32"))
+        if "pointwise" in kernels:
+            return PointwiseConv2d(cin, cout, w, library)
+        return nn.Conv2d(cin, cout, 1, weight_init=w)
+
+    class Pair(nn.Cell):
+        def __init__(self, cin: int, cout: int):
+            super().__init__()
+            gain = rng.uniform(0.5, 1.5, (1, cin, 1, 1)).astype("float32")
+            self.gain = ms.Parameter(ms.Tensor(gain), name="gain")
+            self.there = conv(cin, cout)
+            self.back = conv(cout, cin)
+
+        def construct(self, x):
+            return self.back(self.there(x * self.gain))
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.pairs = nn.CellList([Pair(cin, cout) for cin, cout, _ in POINTWISE])
+
+        def construct(self, *xs):
+            total = 0.0
+            for pair, x in zip(self.pairs, xs):
+                total = total + pair(x).sum()
+            return total
+
+    return Net()
 
 
 def _spp(library: str, kernels: Sequence[str], rng) -> Any:

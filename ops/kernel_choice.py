@@ -124,6 +124,13 @@ DECISIONS: dict[str, Decision] = {
             bench.focus_inputs,
         ),
         Decision(
+            "pointwise",
+            {"conv2d": (), "pointwise": ("pointwise",)},
+            _winner,
+            bench.pointwise,
+            bench.pointwise_inputs,
+        ),
+        Decision(
             "upsample",
             {"tile": (), "upsample": ("upsample",)},
             _winner,

@@ -23,6 +23,15 @@ def test_the_flat_sgd_counts_as_the_optimizer_and_the_heads_transpose_as_the_res
     assert msdet_category("Custom", f"{NET}/head-YOLOXHead/Custom-op0") == OTHER
 
 
+def test_the_pointwise_kernel_counts_as_a_dense_convolution_each_way():
+    conv = f"{NET}/backbone-YOLOPAFPN/C3_p3-CSPLayer/conv1-BaseConv/conv-PointwiseConv2d"
+    assert msdet_category("Custom", f"{conv}/Custom-op0") == DENSE_FWD
+    assert (
+        msdet_category("Custom", f"Gradients/Default/{conv[8:]}/Grad_Custom/Custom-op3")
+        == DENSE_BWD
+    )
+
+
 def test_the_focus_kernel_counts_as_a_dense_convolution_and_its_batchnorm_as_batchnorm():
     assert msdet_category("Custom", f"{STEM}/Custom-op0") == DENSE_FWD
     assert msdet_category("Custom", f"Gradients/{STEM}/Grad_Custom/Custom-op0") == DENSE_BWD

@@ -24,6 +24,9 @@ def test_the_inputs_are_at_the_training_steps_shapes():
     (x,) = bench.blocks_inputs(rng, {})
     assert x.shape == (8, 16, 160, 160)
     assert bench.focus_inputs(rng, {})[0].shape == (8, 3, 320, 320)
+    assert [t.shape for t in bench.pointwise_inputs(rng, {})] == [
+        (8, cin, side, side) for cin, _, side in bench.POINTWISE
+    ]
     assert [t.shape for t in bench.upsample_inputs(rng, {})] == [(8, 128, 10, 10), (8, 64, 20, 20)]
     assert bench.transpose_inputs(rng, {})[0].shape == (8, 85, 2100)
     pred, obj, cls, grid, stride, boxes, classes, mask = bench.assigner_inputs(rng, {})
@@ -39,3 +42,19 @@ def test_the_focus_benchmark_has_yolox_nanos_stem():
     stem = build_model(load_model_config("yolox_nano"), 80).backbone.backbone.stem
     channels, width, _ = bench.FOCUS
     assert tuple(stem.conv.conv.weight.shape) == (width, 4 * channels, 3, 3)
+
+
+def test_the_pointwise_benchmark_has_yolox_nanos_commonest_1x1_convolutions():
+    from mindspore import nn
+
+    from models.yolox import build_model, load_model_config
+
+    model = build_model(load_model_config("yolox_nano"), 80)
+    found = Counter(
+        (cell.in_channels, cell.out_channels)
+        for _, cell in model.cells_and_names()
+        if isinstance(cell, nn.Conv2d) and cell.kernel_size == (1, 1) and not cell.has_bias
+    )
+    assert sum(found.values()) == 73
+    for cin, cout, _ in bench.POINTWISE:
+        assert found[(cin, cout)] >= 5
