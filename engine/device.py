@@ -229,19 +229,19 @@ def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
 ) -> tuple[str | None, tuple[str, ...]]:
     """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
-    convolutions, BatchNorm + SiLU, the Focus stem, 2x upsampling, SPP's max-pools, the
-    head's transpose, SimOTA's pairwise terms, class cost and matching, the loss's class
-    term and its four terms, greedy NMS, SGD and the EMA over all parameters) where they are
-    faster, on CPU in fp32.
+    convolutions, BatchNorm + SiLU, the Focus stem, 1x1 convolutions, 2x upsampling, SPP's
+    max-pools, the head's transpose, SimOTA's pairwise terms, class cost and matching, the
+    loss's class term and its four terms, greedy NMS, SGD and the EMA over all parameters)
+    where they are faster, on CPU in fp32.
 
-    MindSpore's CPU backend runs these through slow paths (im2col + GEMM, for the stem after
-    a convolution that picks the image's phases; seven element-wise operators and a slow
-    BatchNormGrad; a slow Tile and a ReduceSum; a slow MaxPoolGrad; a
-    Transpose that keeps an index per element; some forty small operators per pairwise
-    term; a dozen element-wise operators and a slow ReduceSum over every anchor's classes
-    for the class cost and the class loss; ~60 operators around the head's output for the
-    loss's terms; an NMSWithMask over every candidate slot, valid or not; an SGD per
-    parameter; a Reshape per parameter for the EMA),
+    MindSpore's CPU backend runs these through slow paths (im2col + GEMM, for the stem
+    after a convolution that picks the image's phases; oneDNN held to AVX2 for the 1x1s;
+    seven element-wise operators and a slow BatchNormGrad; a slow Tile and a ReduceSum; a
+    slow MaxPoolGrad; a Transpose that keeps an index per element; some forty small
+    operators per pairwise term; a dozen element-wise operators and a slow ReduceSum over
+    every anchor's classes for the class cost and the class loss; ~60 operators around the
+    head's output for the loss's terms; an NMSWithMask over every candidate slot, valid or
+    not; an SGD per parameter; a Reshape per parameter for the EMA),
     but whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
     EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on
     this CPU at ``threads`` threads (measured once, cached with the library), ``msdet``

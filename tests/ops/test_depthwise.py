@@ -9,6 +9,7 @@ from mindspore import nn, ops
 
 from ops import cpu_kernels
 from ops.depthwise import DepthwiseConv2d
+from ops.pointwise_conv import PointwiseConv2d
 from tests.modes import execution_mode
 
 
@@ -135,7 +136,9 @@ def test_models_use_the_kernel_only_when_enabled(library):
         cpu_kernels.set_custom_kernel_library(previous)
     assert isinstance(fast.dconv.conv, DepthwiseConv2d)
     assert type(plain.dconv.conv) is nn.Conv2d
-    assert type(fast.pconv.conv) is nn.Conv2d  # 1x1 pointwise stays on Conv2D
+    # the 1x1 pointwise half on its own kernel (ops.pointwise_conv), Conv2D without
+    assert isinstance(fast.pconv.conv, PointwiseConv2d)
+    assert type(plain.pconv.conv) is nn.Conv2d
     # Checkpoints are interchangeable: same names and shapes.
     names = lambda cell: [(p.name, p.shape) for p in cell.get_parameters()]  # noqa: E731
     assert names(fast) == names(plain)
