@@ -14,8 +14,9 @@
 // same product with the weight transposed, dx[n, c, p] = sum over o of w[o, c] dy[n, o, p].
 //
 // Arithmetic: float32 multiply-adds, each output's sum over the channels in channel order
-// (as a GEMM sums, in its own order). Blocks of pixels of each image are split over
-// msdet_threads() threads (threads.h); no output depends on the thread count.
+// (oneDNN's GEMM sums in an order of its own, so values agree to float32 rounding). Blocks
+// of pixels of each image are split over msdet_threads() threads (threads.h); no output
+// depends on the thread count.
 
 #include <algorithm>
 #include <cstdint>
@@ -45,8 +46,8 @@ inline vec load(const float *p) {
 
 inline void store(float *p, const vec &v) { std::memcpy(p, &v, sizeof v); }
 
-// m [rows, cols] (row-major; `transposed`: m is read as [cols, rows]) -> blocks of kOuts
-// output rows, [block][cols][kOuts], zero-padded.
+// The weight as [outs, ins] (m row-major [outs, ins], or [ins, outs] when `transposed`) ->
+// blocks of kOuts output channels, [block][ins][kOuts], zero-padded.
 std::vector<float> pack(const float *m, int64_t outs, int64_t ins, bool transposed) {
   const int64_t blocks = (outs + kOuts - 1) / kOuts;
   std::vector<float> packed(blocks * ins * kOuts, 0.0f);
