@@ -35,7 +35,7 @@ NO_AUG = [
 ]
 
 
-def tiny_val_split(cache_dir) -> tuple[Path, Path]:
+def tiny_val_split(cache_dir, *overrides: str) -> tuple[Path, Path]:
     """(annotation file, image folder) of the TINY set's val split, generated if missing
     (so that a test reading it runs alone, without a training run before it). The set is
     found as train.py finds it: from the composed config with TINY's data overrides."""
@@ -43,7 +43,7 @@ def tiny_val_split(cache_dir) -> tuple[Path, Path]:
 
     from data.build import build_sources
 
-    data_overrides = [o for o in TINY if o.startswith("data.")]
+    data_overrides = [o for o in (*TINY, *overrides) if o.startswith("data.")]
     with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
         cfg = compose("config", overrides=[*data_overrides, f"data.cache_dir={cache_dir}"])
     _, val = build_sources(cfg.data)
