@@ -38,7 +38,8 @@ NO_AUG = [
 def tiny_val_split(cache_dir, *overrides: str) -> tuple[Path, Path]:
     """(annotation file, image folder) of the TINY set's val split, generated if missing
     (so that a test reading it runs alone, without a training run before it). The set is
-    found as train.py finds it: from the composed config with TINY's data overrides."""
+    found as train.py finds it: from the composed config with TINY's data overrides, then
+    the ``data.*`` ones among ``overrides`` (a run's own, e.g. a larger set)."""
     from hydra import compose, initialize_config_dir
 
     from data.build import build_sources
