@@ -1,42 +1,51 @@
-"""Time to accuracy: msdet and the PyTorch original trained on the same shapes data.
+"""Convergence over seeds: msdet and the PyTorch original trained on the same shapes data.
 
-    python -m bench.convergence [--minutes 12] [--model yolox_nano] [--img 320] [--batch 8]
-                                [--epochs 12] [--num-train 2000] [--num-val 200] [--out DIR]
-                                [--multiscale R]
-                                [--min-object-size 24] [--set train.lr_per_img=X ...]
+    python -m bench.convergence --seeds 0 1 2 --epochs 5      # both sides, three seeds each
+    python -m bench.convergence --seeds 3 --only msdet         # one more run of one side
+    python -m bench.convergence --report                       # the table of what finished
 
-Same data (the built-in shapes set), model, image size, batch, recipe (YOLOX's SGD,
-warm-cos LR with ``--epochs`` as the schedule length, EMA, mosaic with the shapes config's
-augmentation, L1 and no mosaic in the last epochs) and wall-clock budget for both; each
-stops after the last epoch that fits in ``--minutes`` and its final EMA weights are scored
-with pycocotools on the same val split. Writes ``convergence.png`` (loss curves over wall
-time, final mAP) and ends with ``RESULT {json}``. ``--multiscale R`` trains both sides with
-multi-scale (sizes 32 * (img/32 - R .. img/32 + R), a new one every 10 steps): msdet with
-``train.multiscale_range=R``, the original through its own ``random_resize``/``preprocess``.
+Same data (the built-in shapes set), model, image size, batch and recipe (the ``train``
+config's YOLOX SGD, warm-cos LR over ``--epochs``, EMA, mosaic with the data config's
+augmentation, L1 and no mosaic in the last epochs) for both; each run's final EMA weights
+are scored with pycocotools on the same val split. The seed sets the initial weights, the
+data order and the augmentation draws of a side (msdet: ``runtime.seed``; the original:
+torch, numpy and ``random``), so seed k of one side is not the same draw as seed k of the
+other: compare the sides' means against their spreads.
+
+Each finished run is appended, with the machine, the code's commit and its per-epoch
+losses, to ``--record`` (one JSON line per run; a run that did not finish leaves no line),
+so runs can be spread over sessions and the report groups whatever the record holds by CPU,
+schedule and side. ``--minutes`` stops a run after the last epoch that fits (a
+time-to-accuracy comparison), and ``--multiscale R`` trains both sides with multi-scale.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
+from typing import Any
 
-from hydra import compose, initialize_config_dir
-
-from bench.common import CONFIG_DIR, print_header, print_result
+from bench.common import CONFIG_DIR, machine, print_header, print_result
 from engine.run_record import read_results
 
 ROOT = os.path.dirname(CONFIG_DIR)
+RECORD = os.path.join(ROOT, "bench", "results", "convergence.jsonl")
+SIDES = ("pytorch", "msdet")
 
 
-def run_msdet(args, out: str) -> dict:
-    run_dir = os.path.join(out, "msdet")
+def run_msdet(args, out: str, seed: int) -> dict:
+    """msdet's ``train.py`` with the comparison's settings; its results.csv and metrics.json."""
+    run_dir = os.path.join(out, f"msdet-e{args.epochs}-s{seed}")
     cmd = [
         sys.executable,
         "train.py",
         f"model={args.model}",
+        f"train={args.recipe}",
         f"data.num_train={args.num_train}",
         f"data.num_val={args.num_val}",
         f"data.min_object_size={args.min_object_size}",
@@ -44,31 +53,24 @@ def run_msdet(args, out: str) -> dict:
         f"train.batch_size={args.batch}",
         f"train.epochs={args.epochs}",
         f"train.eval_interval={args.epochs}",
-        f"train.time_limit_min={args.minutes}",
+        f"train.time_limit_min={args.minutes or 'null'}",
+        f"runtime.seed={seed}",
         "train.tensorboard=false",
-        "train.overwrite=true",  # a repeated benchmark replaces its last run
+        "train.overwrite=true",  # a repeated run replaces its own folder
         f"train.multiscale_range={args.multiscale}",
         *args.set,
         f"hydra.run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
-    return load_msdet(out)
-
-
-def load_msdet(out: str) -> dict:
-    run_dir = os.path.join(out, "msdet")
     rows = read_results(run_dir)
-    wall = 0.0
-    for r in rows:
-        wall += r["epoch_s"] / 60
-        r["wall_min"] = wall
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
         metrics = json.load(f)
-    return {"history": rows, "metrics": metrics, "train_min": wall}
+    return {"history": rows, "metrics": metrics, "train_min": sum(r["epoch_s"] for r in rows) / 60}
 
 
-def run_pytorch(args, out: str, root: str, cfg) -> dict:
-    run_dir = os.path.join(out, "pytorch")
+def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
+    """The original's training loop (``bench.torch_train``) with the same settings."""
+    run_dir = os.path.join(out, f"pytorch-e{args.epochs}-s{seed}")
     os.makedirs(run_dir, exist_ok=True)
     t = cfg.train
     call = (
@@ -76,61 +78,130 @@ def run_pytorch(args, out: str, root: str, cfg) -> dict:
         f"train_original({root!r}, {run_dir!r}, model={args.model!r}, img={args.img}, "
         f"batch={args.batch}, epochs={args.epochs}, warmup_epochs={int(t.warmup_epochs)}, "
         f"no_aug_epochs={int(t.no_aug_epochs)}, lr_per_img={float(t.lr_per_img)}, "
-        f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes}, "
-        f"multiscale_range={args.multiscale})"
+        f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes or 1e9}, "
+        f"multiscale_range={args.multiscale}, seed={seed})"
     )
     subprocess.run([sys.executable, "-c", call], cwd=ROOT, check=True)
-    return load_pytorch(out)
-
-
-def load_pytorch(out: str) -> dict:
-    with open(os.path.join(out, "pytorch", "pytorch_result.json"), encoding="utf-8") as f:
+    with open(os.path.join(run_dir, "pytorch_result.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
-def plot(results: dict, path: str) -> None:
-    import matplotlib
+def record_entry(side: str, seed: int, args, result: dict) -> dict[str, Any]:
+    """One line of the record: what ran, where, and what it gave."""
+    history = result["history"]
+    return {
+        "side": side,
+        "seed": seed,
+        "epochs": args.epochs,
+        "epochs_run": len(history),
+        "recipe": args.recipe,
+        "model": args.model,
+        "img": args.img,
+        "batch": args.batch,
+        "num_train": args.num_train,
+        "multiscale_range": args.multiscale,
+        "overrides": args.set,
+        "mAP": float(result["metrics"]["mAP"]),
+        "mAP50": float(result["metrics"]["mAP50"]),
+        "loss": [round(float(r["loss_total"]), 4) for r in history],
+        "train_min": round(float(result["train_min"]), 2),
+        "cpu": machine()["cpu"],
+        "commit": _commit(),
+        "date": datetime.date.today().isoformat(),
+    }
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, res in results.items():
-        h = res["history"]
-        ax_loss.plot(
-            [r["wall_min"] for r in h], [r["loss_total"] for r in h], marker="o", label=name
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         )
-    ax_loss.set_xlabel("wall-clock minutes")
-    ax_loss.set_ylabel("training loss (epoch mean)")
-    ax_loss.legend()
-    ax_loss.grid(alpha=0.3)
-    names = list(results)
-    for k, key in enumerate(("mAP", "mAP50")):
-        values = [results[n]["metrics"][key] for n in names]
-        ax_map.bar([i + 0.4 * k for i in range(len(names))], values, width=0.4, label=key)
-    ax_map.set_xticks([i + 0.2 for i in range(len(names))], names)
-    ax_map.set_ylabel("val AP (pycocotools)")
-    ax_map.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def append_record(path: str, entry: dict[str, Any]) -> None:
+    """Append one finished run to the record (created with its folder when missing)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def read_record(path: str) -> list[dict[str, Any]]:
+    """Every run of the record; [] when there is none."""
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def summarise(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and spread per (cpu, recipe, epochs, side): mAP, mAP50 and each epoch's loss.
+
+    The spread is the sample standard deviation (0 for a single run) and the range."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in entries:
+        if e["epochs_run"] != e["epochs"]:
+            continue  # stopped early (--minutes): not the schedule's result
+        key = (e["cpu"], e.get("recipe", "shapes"), e["epochs"], e["img"], e["side"])
+        groups.setdefault(key, []).append(e)
+    rows = []
+    for (cpu, recipe, epochs, img, side), runs in sorted(groups.items()):
+        row = {"cpu": cpu, "recipe": recipe, "epochs": epochs, "img": img, "side": side}
+        row["seeds"] = sorted(r["seed"] for r in runs)
+        for key in ("mAP", "mAP50"):
+            values = [r[key] for r in runs]
+            row[key] = _stats(values)
+        losses = [r["loss"] for r in runs]
+        row["loss"] = [round(statistics.fmean(v), 3) for v in zip(*losses)]  # per epoch, over seeds
+        row["train_min"] = round(statistics.fmean(r["train_min"] for r in runs), 1)
+        rows.append(row)
+    return rows
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": round(statistics.fmean(values), 4),
+        "sd": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+    }
+
+
+def format_report(rows: list[dict[str, Any]]) -> str:
+    """A text table of :func:`summarise`'s rows, one per CPU, schedule and side."""
+    lines = []
+    for r in rows:
+        m, m50 = r["mAP"], r["mAP50"]
+        lines.append(
+            f"{r['cpu']} | {r['recipe']} {r['epochs']} epochs @{r['img']} | {r['side']:7s} | "
+            f"n={len(r['seeds'])} | mAP {m['mean']:.3f} ± {m['sd']:.3f} "
+            f"[{m['min']:.3f}, {m['max']:.3f}] | mAP50 {m50['mean']:.3f} ± {m50['sd']:.3f} | "
+            f"loss {' '.join(f'{v:.3f}' for v in r['loss'])} | {r['train_min']} min"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=12.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--epochs", type=int, default=5, help="schedule length for both")
+    parser.add_argument(
+        "--recipe", default="shapes", help="msdet's train config (and its values for the original)"
+    )
     parser.add_argument("--model", default="yolox_nano")
     parser.add_argument("--img", type=int, default=320)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=12, help="schedule length for both")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
+    parser.add_argument("--min-object-size", type=int, default=24)
     parser.add_argument(
-        "--min-object-size", type=int, default=24, help="data.min_object_size (8: the v1 set)"
+        "--minutes", type=float, default=None, help="stop after the last epoch that fits"
     )
     parser.add_argument("--out", default="outputs/convergence")
-    parser.add_argument(
-        "--multiscale", type=int, default=0, help="multi-scale range R for both sides (0: off)"
-    )
+    parser.add_argument("--record", default=RECORD, help="JSON lines file of finished runs")
+    parser.add_argument("--multiscale", type=int, default=0, help="multi-scale range R (0: off)")
     parser.add_argument(
         "--set",
         action="append",
@@ -138,18 +209,22 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="KEY=VALUE",
         help="a train.* or data.aug.* override for both sides, e.g. train.lr_per_img=0.00125",
     )
-    parser.add_argument(
-        "--only",
-        choices=("msdet", "pytorch"),
-        default=None,
-        help="run one side; the other side's earlier result in --out joins the report",
-    )
+    parser.add_argument("--only", choices=SIDES, default=None, help="run one side")
+    parser.add_argument("--report", action="store_true", help="only print the record's table")
     args = parser.parse_args(argv)
-    print_header("time to accuracy: msdet vs PyTorch YOLOX")
+    if args.report:
+        rows = summarise(read_record(args.record))
+        print(format_report(rows))
+        return {"rows": rows}
+
+    print_header("convergence over seeds: msdet vs PyTorch YOLOX")
+    from hydra import compose, initialize_config_dir
+
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
             "config",
             overrides=[
+                f"train={args.recipe}",
                 f"data.num_train={args.num_train}",
                 f"data.num_val={args.num_val}",
                 f"data.min_object_size={args.min_object_size}",
@@ -161,45 +236,23 @@ def main(argv: list[str] | None = None) -> dict:
     root = os.path.dirname(os.path.dirname(build_sources(cfg.data)[0].ann_file))
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    results = {}
-    if args.only in (None, "pytorch"):
-        results["pytorch"] = run_pytorch(args, out, root, cfg)
-    elif os.path.isfile(os.path.join(out, "pytorch", "pytorch_result.json")):
-        results["pytorch"] = load_pytorch(out)
-    if args.only in (None, "msdet"):
-        results["msdet"] = run_msdet(args, out)
-    elif os.path.isfile(os.path.join(out, "msdet", "metrics.json")):
-        results["msdet"] = load_msdet(out)
-    plot(results, os.path.join(out, "convergence.png"))
-    summary = {
-        name: {
-            "mAP": r["metrics"]["mAP"],
-            "mAP50": r["metrics"]["mAP50"],
-            "epochs": len(r["history"]),
-            "train_min": round(r["train_min"], 2),
-            "s_per_epoch": round(60 * r["train_min"] / max(len(r["history"]), 1), 1),
-            "final_loss": r["history"][-1]["loss_total"],
-        }
-        for name, r in results.items()
-    }
-    for name, s in summary.items():
-        print(
-            f"{name:8s} mAP {s['mAP']:.4f}  mAP50 {s['mAP50']:.4f}  {s['epochs']} epochs in "
-            f"{s['train_min']:.1f} min"
-        )
-    result = {
-        "minutes": args.minutes,
-        "model": args.model,
-        "img": args.img,
-        "batch": args.batch,
-        "schedule_epochs": args.epochs,
-        "num_train": args.num_train,
-        "multiscale_range": args.multiscale,
-        "min_object_size": args.min_object_size,
-        "overrides": args.set,
-        **summary,
-        "plot": os.path.join(out, "convergence.png"),
-    }
+    sides = [args.only] if args.only else list(SIDES)
+    for seed in args.seeds:
+        for side in sides:
+            if side == "pytorch":
+                result = run_pytorch(args, out, seed, root, cfg)
+            else:
+                result = run_msdet(args, out, seed)
+            entry = record_entry(side, seed, args, result)
+            append_record(args.record, entry)
+            print(
+                f"{side} seed {seed}: mAP {entry['mAP']:.4f} mAP50 {entry['mAP50']:.4f} "
+                f"loss {entry['loss']} ({entry['train_min']} min)",
+                flush=True,
+            )
+    rows = summarise(read_record(args.record))
+    print(format_report(rows))
+    result = {"rows": rows, "record": args.record}
     print_result(result)
     return result
 
