@@ -31,6 +31,8 @@ RUN useradd --create-home --uid 1000 --shell /bin/bash msdet \
     && mkdir -p /workspace/outputs /workspace/.cache/msdet \
     && chown -R msdet:msdet /workspace
 COPY --chown=msdet:msdet . .
+# msdet itself, as the package `msdet` (its dependencies are installed above).
+RUN python -m pip install --no-cache-dir --no-deps -e .
 USER 1000
 
 CMD ["python", "train.py"]

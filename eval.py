@@ -14,8 +14,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
-from engine.runtime import setup_runtime
+from msdet.engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
+from msdet.engine.runtime.process import setup_runtime
 
 log = logging.getLogger("eval")
 
@@ -28,10 +28,11 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit("eval.py needs a checkpoint: python eval.py ckpt=PATH")
         rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
         # These import MindSpore, which must load after setup_runtime prepared the environment.
-        from data.build import build_sources
-        from data.pipeline import build_eval_dataset
-        from engine.evaluator import evaluate_on_dataset
-        from models.inference import InferenceNet, build_nms, load_described_detector
+        from msdet.data.build import build_sources
+        from msdet.data.pipeline import build_eval_dataset
+        from msdet.engine.evaluation.loop import evaluate_on_dataset
+        from msdet.models.inference import InferenceNet, build_nms
+        from msdet.models.weights import load_described_detector
 
         typed = typed_overrides()
         _, val = build_sources(cfg.data)

@@ -19,8 +19,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
-from engine.runtime import setup_runtime
+from msdet.engine.cli import apply_described_size, prepare_config, typed_overrides, user_errors
+from msdet.engine.runtime.process import setup_runtime
 
 log = logging.getLogger("export")
 
@@ -35,15 +35,14 @@ def main(cfg: DictConfig) -> None:
         # An exported file must run where msdet's compiled CPU kernel does not exist.
         setup_runtime(cfg.runtime, run_dir, cpu_kernels="native")
         # These import MindSpore, which must load after setup_runtime prepared the environment.
-        from models.inference import (
+        from msdet.engine.inference.export import (
             ExportError,
-            InferenceNet,
-            build_nms,
             check_export_format,
             export_and_verify,
-            load_described_detector,
             sample_images,
         )
+        from msdet.models.inference import InferenceNet, build_nms
+        from msdet.models.weights import load_described_detector
 
         fmt = check_export_format(cfg.export.format)
         typed = typed_overrides()

@@ -19,8 +19,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from engine.cli import prepare_config, typed_overrides, user_errors
-from engine.runtime import setup_runtime
+from msdet.engine.cli import prepare_config, typed_overrides, user_errors
+from msdet.engine.runtime.process import setup_runtime
 
 log = logging.getLogger("predict")
 
@@ -33,7 +33,8 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit("usage: python predict.py ckpt=PATH source=IMAGE|VIDEO|FOLDER|GLOB|0")
         rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
         # Predictor loads MindSpore, which must load after setup_runtime prepared the process.
-        from engine.predictor import Predictor, predict_source
+        from msdet.engine.inference.predictor import Predictor
+        from msdet.engine.inference.sources import predict_source
 
         predictor = Predictor(cfg, host_nms=rt.host_nms, typed=typed_overrides())
         done = predict_source(

@@ -13,8 +13,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from engine.cli import prepare_config, user_errors
-from engine.runtime import setup_runtime
+from msdet.engine.cli import prepare_config, user_errors
+from msdet.engine.runtime.process import setup_runtime
 
 log = logging.getLogger("train")
 
@@ -25,7 +25,7 @@ def main(cfg: DictConfig) -> None:
         prepare_config(cfg)
         rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
         # Imports MindSpore: only after setup_runtime prepared the process environment.
-        from engine.trainer import TrainingFailedError, run_training
+        from msdet.engine.training.trainer import TrainingFailedError, run_training
 
         try:
             metrics = run_training(cfg, rt)

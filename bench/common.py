@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-
+from msdet.common.config import CONFIG_DIR
 
 # The SIMD levels that decide which kernels oneDNN, MindSpore's nnacl, PyTorch and msdet's
 # own CPU kernels run (x86 "flags", aarch64 "Features" in /proc/cpuinfo): two CPUs with the
@@ -136,7 +135,7 @@ def train_py_step(net, loss, lrs, cfg, rt, **kwargs):
     """``engine.trainer.build_train_step`` as ``train.py`` calls it: with the non-finite
     check of ``runtime.check_finite`` (its step skips a NaN/Inf update), so that a benchmark
     times the graph a training run compiles. ``kwargs``: further arguments (``img_size``)."""
-    from engine.trainer import build_train_step
+    from msdet.engine.training.step import build_train_step
 
     skip = bool(cfg.runtime.check_finite)
     return build_train_step(net, loss, lrs, cfg.train, rt, skip_nonfinite=skip, **kwargs)
@@ -151,7 +150,7 @@ def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: 
 
     from hydra import compose, initialize_config_dir
 
-    from engine.runtime import setup_runtime
+    from msdet.engine.runtime.process import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
@@ -163,10 +162,10 @@ def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: 
         raise SystemExit("msdet's kernels are not available here (no compiler?)")
     import mindspore as ms
 
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
-    from ops import cpu_kernels
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
+    from msdet.ops import cpu_kernels
 
     num_classes = 80
     batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
@@ -223,13 +222,13 @@ def kernel_bench_parser(doc: str, rounds: int):
 def start_kernel_bench(title: str, threads: int) -> str:
     """Set up a per-kernel benchmark's process (CPU environment, graph mode, ``threads`` for
     PyTorch and msdet's kernels), print its header, and return the kernel library."""
-    from engine.device import configure_process_env
+    from msdet.engine.runtime.device import configure_process_env
 
     configure_process_env("CPU")
     import mindspore as ms
     import torch
 
-    from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+    from msdet.ops.cpu_kernels import build_kernel_library, set_kernel_threads
 
     ms.set_context(mode=ms.GRAPH_MODE)
     torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 
-from bench.common import print_header, print_result, read_result
+from msdet.bench.common import print_header, print_result, read_result
 
 # Environment per side for ``--isa``. "avx2": PyTorch's own kernels (ATen's dispatch), its
 # oneDNN and MKL capped at AVX2; msdet's kernel library compiled for this CPU without
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     common = ["--steps", str(args.steps), "--num-classes", str(args.num_classes)]
     torch_train = [
-        "bench.torch_step",
+        "msdet.bench.torch_step",
         "--model",
         args.model,
         "--batch",
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
         *common,
     ]
     ms_train = [
-        "bench.train_step",
+        "msdet.bench.step_speed",
         *common,
         "--objects",
         str(args.objects),
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         *args.set,
     ]
     torch_infer = [
-        "bench.torch_step",
+        "msdet.bench.torch_step",
         "--infer",
         "--model",
         args.model,
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         *common,
     ]
     ms_infer = [
-        "bench.train_step",
+        "msdet.bench.step_speed",
         "--infer",
         *common,
         f"model={args.model}",

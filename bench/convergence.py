@@ -30,8 +30,8 @@ import subprocess
 import sys
 from typing import Any
 
-from bench.common import CONFIG_DIR, machine, print_header, print_result
-from engine.run_record import read_results
+from msdet.bench.common import CONFIG_DIR, machine, print_header, print_result
+from msdet.engine.training.run_record import read_results
 
 ROOT = os.path.dirname(CONFIG_DIR)
 RECORD = os.path.join(ROOT, "bench", "results", "convergence.jsonl")
@@ -74,7 +74,7 @@ def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
     os.makedirs(run_dir, exist_ok=True)
     t = cfg.train
     call = (
-        "from bench.torch_train import train_original;"
+        "from msdet.bench.torch_train import train_original;"
         f"train_original({root!r}, {run_dir!r}, model={args.model!r}, img={args.img}, "
         f"batch={args.batch}, epochs={args.epochs}, warmup_epochs={int(t.warmup_epochs)}, "
         f"no_aug_epochs={int(t.no_aug_epochs)}, lr_per_img={float(t.lr_per_img)}, "
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
                 *args.set,
             ],
         )
-    from data.build import build_sources  # generates the shapes set once, for both sides
+    from msdet.data.build import build_sources  # generates the shapes set once, for both sides
 
     root = os.path.dirname(os.path.dirname(build_sources(cfg.data)[0].ann_file))
     out = os.path.abspath(args.out)

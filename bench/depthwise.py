@@ -20,7 +20,7 @@ msdet's kernels use ``--threads`` threads in every mode.
 
 from __future__ import annotations
 
-from bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
+from msdet.bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
 
 GENERAL_LOOPS = "msdet_kernels_general_loops"
 # (channels, input side, stride): YOLOX-nano's depthwise layers at 320 px.
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from mindspore import nn, ops
 
-    from ops.cpu_kernels import set_depthwise_general
-    from ops.depthwise import DepthwiseConv2d
+    from msdet.ops.cpu_kernels import set_depthwise_general
+    from msdet.ops.depthwise import DepthwiseConv2d
 
     class Grads(nn.Cell):
         def __init__(self, conv):
@@ -99,8 +99,13 @@ def main(argv: list[str] | None = None) -> dict:
 def compare_train_steps(steps: int, threads: int) -> dict:
     """Median seconds per training step on MindSpore's operators and on msdet's kernels,
     steps alternating."""
-    from bench.common import alternate_steps, nano_train_steps, print_header, print_step_comparison
-    from ops import cpu_kernels
+    from msdet.bench.common import (
+        alternate_steps,
+        nano_train_steps,
+        print_header,
+        print_step_comparison,
+    )
+    from msdet.ops import cpu_kernels
 
     print_header("YOLOX-nano training step: MindSpore's operators vs msdet's kernels")
     variants = {"mindspore_ops": (), "msdet_kernels": cpu_kernels.KERNELS}

@@ -25,9 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-from bench.common import print_header, print_result
+from msdet.bench.common import print_header, print_result
+from msdet.common.config import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP_ENTRY = os.path.join(ROOT, "bench", "device_step.py")
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 RESULT_FILE = "device_bench.json"
@@ -60,7 +60,7 @@ def launch(entry: str, cards: int, overrides: list[str], run_dir: str) -> None:
 
 def from_training(run_dir: str) -> dict:
     """The table's figures from a train.py run folder."""
-    from engine.run_record import read_results
+    from msdet.engine.training.run_record import read_results
 
     rows = read_results(run_dir)
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:

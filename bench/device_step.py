@@ -14,30 +14,31 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from msdet.common.config import ROOT
+
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.common import cpu_model, peak_rss_mb, synthetic_batch, train_py_step  # noqa: E402
-from bench.device import RESULT_FILE  # noqa: E402
+from msdet.bench.common import cpu_model, peak_rss_mb, synthetic_batch, train_py_step  # noqa: E402
+from msdet.bench.device import RESULT_FILE  # noqa: E402
 
 NUM_CLASSES = 80
 
 
 @hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from engine.cli import prepare_config
-    from engine.runtime import setup_runtime
+    from msdet.engine.cli import prepare_config
+    from msdet.engine.runtime.process import setup_runtime
 
     prepare_config(cfg)
     rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
     import mindspore as ms
 
-    from engine.amp import apply_amp
-    from engine.memory import release_free_heap
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.engine.runtime.amp import apply_amp
+    from msdet.engine.runtime.memory import release_free_heap
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     steps, warmup = int(cfg.bench.steps), int(cfg.bench.warmup)
     batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)

@@ -25,9 +25,8 @@ import time
 
 import numpy as np
 
-from bench.common import median, print_header, print_result, read_result, train_py_step
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from msdet.bench.common import median, print_header, print_result, read_result, train_py_step
+from msdet.common.config import ROOT
 
 
 def one_variant(
@@ -37,9 +36,9 @@ def one_variant(
     of the trainable weights (after minus before, float64, all parameters in one vector)."""
     from hydra import compose, initialize_config_dir
 
-    from bench.common import CONFIG_DIR, synthetic_batch
-    from engine.cli import prepare_config
-    from engine.runtime import setup_runtime
+    from msdet.bench.common import CONFIG_DIR, synthetic_batch
+    from msdet.engine.cli import prepare_config
+    from msdet.engine.runtime.process import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = prepare_config(
@@ -57,9 +56,9 @@ def one_variant(
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
 
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     ms.set_seed(0)
     net = build_model(cfg.model, 80)
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
                 cmd = [
                     sys.executable,
                     "-m",
-                    "bench.fusion",
+                    "msdet.bench.fusion",
                     "--only",
                     v,
                     "--steps",

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import print_header, print_result, read_result, train_py_step
+from msdet.bench.common import print_header, print_result, read_result, train_py_step
 
 
 def _status_mb() -> dict[str, float]:
@@ -90,10 +90,10 @@ def msdet_side(args, overrides: list[str]) -> dict:
     stages = Stages()
     from hydra import compose, initialize_config_dir
 
-    from bench.common import CONFIG_DIR, synthetic_batch
-    from engine.cli import prepare_config
-    from engine.memory import release_free_heap
-    from engine.runtime import setup_runtime
+    from msdet.bench.common import CONFIG_DIR, synthetic_batch
+    from msdet.engine.cli import prepare_config
+    from msdet.engine.runtime.memory import release_free_heap
+    from msdet.engine.runtime.process import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
@@ -112,10 +112,10 @@ def msdet_side(args, overrides: list[str]) -> dict:
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-bench-"))
     import mindspore as ms
 
-    from engine.amp import apply_amp
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.engine.runtime.amp import apply_amp
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     stages.mark("import + runtime")
     net = build_model(cfg.model, args.num_classes)
@@ -139,7 +139,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
     for _ in range(args.steps):
         step(images, targets, mask)[0].asnumpy()
     stages.mark(f"next {args.steps} steps")
-    from models.inference import InferenceNet, build_nms
+    from msdet.models.inference import InferenceNet, build_nms
 
     net.set_train(False)
     infer = InferenceNet(net, build_nms(cfg.eval, args.num_classes))
@@ -156,9 +156,9 @@ def msdet_side(args, overrides: list[str]) -> dict:
 
 def pytorch_side(args) -> dict:
     stages = Stages()
-    from bench.common import synthetic_batch
-    from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
-    from models.yolox import load_model_config
+    from msdet.bench.common import synthetic_batch
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox, import_yolox, yolox_optimizer
 
     import_yolox()
     import torch
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
     given = list(sys.argv[1:] if argv is None else argv)
     passed = [a for i, a in enumerate(given) if a != "--side" and given[i - 1 : i] != ["--side"]]
     for side in ("pytorch", "msdet"):
-        cmd = [sys.executable, "-m", "bench.memory", "--side", side, *passed]
+        cmd = [sys.executable, "-m", "msdet.bench.memory", "--side", side, *passed]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"{side} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")

@@ -20,7 +20,7 @@ import time
 
 from hydra import compose, initialize_config_dir
 
-from bench.common import (
+from msdet.bench.common import (
     CONFIG_DIR,
     print_header,
     print_result,
@@ -28,17 +28,17 @@ from bench.common import (
     timed,
     train_py_step,
 )
-from engine.runtime import setup_runtime
+from msdet.engine.runtime.process import setup_runtime
 
 
 def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     import mindspore as ms
 
-    from data.pipeline import check_data_config
-    from engine.multiscale import all_sizes
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.data.pipeline import check_data_config
+    from msdet.engine.training.multiscale import all_sizes
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     base = check_data_config(cfg.data)
     ms_range = int(cfg.train.multiscale_range)

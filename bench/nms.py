@@ -19,8 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench.common import cpu_model
-from engine.device import configure_process_env
+from msdet.bench.common import cpu_model
+from msdet.engine.runtime.device import configure_process_env
 
 NUM_CLASSES = 80
 IMG = 640.0
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
     from mindspore import nn, ops
 
-    from ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms
+    from msdet.ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"python {platform.python_version()}, mindspore {ms.__version__}, numpy {np.__version__}, "
         f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')}"
     )
-    print("command: " + " ".join([sys.executable, "-m", "bench.nms", *(argv or sys.argv[1:])]))
+    print(
+        "command: " + " ".join([sys.executable, "-m", "msdet.bench.nms", *(argv or sys.argv[1:])])
+    )
     print(
         f"{'N':>6} {'NMSWithMask':>12} {'BatchedNMS':>11} {'numpy greedy':>13} {'kept':>6}  (ms, median of {args.repeats})"
     )

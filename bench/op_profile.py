@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections import Counter
 
-from bench.common import (
+from msdet.bench.common import (
     median,
     print_header,
     print_result,
@@ -107,9 +107,9 @@ def _wall(step, steps: int) -> float:
 def msdet_side(steps: int, overrides: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from bench.common import CONFIG_DIR
-    from engine.cli import prepare_config
-    from engine.runtime import setup_runtime
+    from msdet.bench.common import CONFIG_DIR
+    from msdet.engine.cli import prepare_config
+    from msdet.engine.runtime.process import setup_runtime
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = prepare_config(
@@ -122,9 +122,9 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     import mindspore as ms
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    from engine.optim import yolox_lr_schedule
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     net = build_model(cfg.model, 80)
     lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
@@ -179,8 +179,8 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
 
 
 def pytorch_side(steps: int) -> dict:
-    from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
-    from models.yolox import load_model_config
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox, import_yolox, yolox_optimizer
 
     import_yolox()
     import torch
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> dict:
     print_header("operator profile: msdet and the PyTorch original")
     results = {}
     for side in ("pytorch", "msdet"):
-        cmd = [sys.executable, "-m", "bench.op_profile", "--side", side]
+        cmd = [sys.executable, "-m", "msdet.bench.op_profile", "--side", side]
         cmd += ["--steps", str(args.steps), *overrides]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:

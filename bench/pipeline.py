@@ -19,15 +19,15 @@ import statistics
 import sys
 import time
 
-from engine.device import configure_process_env
+from msdet.engine.runtime.device import configure_process_env
 
 configure_process_env("CPU")  # before MindSpore loads (imported by data.pipeline)
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from bench.common import CONFIG_DIR, cpu_model  # noqa: E402
-from data.build import build_sources  # noqa: E402
-from data.pipeline import build_train_dataset  # noqa: E402
+from msdet.bench.common import CONFIG_DIR, cpu_model  # noqa: E402
+from msdet.data.build import build_sources  # noqa: E402
+from msdet.data.pipeline import build_train_dataset  # noqa: E402
 
 WORKER_SETTINGS = (("1 worker", 1, False), ("2 threads", 2, False), ("2 processes", 2, True))
 

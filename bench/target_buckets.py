@@ -19,11 +19,11 @@ import argparse
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from bench.common import CONFIG_DIR, print_header, print_result
-from data.buckets import bucket_rows, target_buckets
-from data.build import build_sources
-from data.pipeline import AugmentParams, EpochSampler, TrainSamples, first_no_aug_epoch
-from engine.cli import prepare_config
+from msdet.bench.common import CONFIG_DIR, print_header, print_result
+from msdet.data.buckets import bucket_rows, target_buckets
+from msdet.data.build import build_sources
+from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, first_no_aug_epoch
+from msdet.engine.cli import prepare_config
 
 
 def fullest_per_batch(samples: TrainSamples, sampler: EpochSampler, epoch: int, batch: int):

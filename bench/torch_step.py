@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import peak_rss_mb, print_header, print_result, synthetic_batch, timed
-from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
-from models.yolox import load_model_config
+from msdet.bench.common import peak_rss_mb, print_header, print_result, synthetic_batch, timed
+from msdet.models.yolox import load_model_config
+from msdet.porting.reference import build_torch_yolox, import_yolox, yolox_optimizer
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -93,7 +93,7 @@ def multiscale_steps(step, x, labels, args) -> dict:
 
     from yolox.exp.yolox_base import Exp
 
-    from engine.multiscale import all_sizes
+    from msdet.engine.training.multiscale import all_sizes
 
     exp = Exp()
     exp.input_size = (args.img, args.img)

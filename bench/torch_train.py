@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from models.reference import build_torch_yolox, import_yolox, yolox_optimizer
-from models.yolox import load_model_config
+from msdet.models.yolox import load_model_config
+from msdet.porting.reference import build_torch_yolox, import_yolox, yolox_optimizer
 
 
 def train_original(
@@ -173,9 +173,9 @@ def evaluate_original(model, root: str, out_dir: str, img: int, batch: int) -> d
     import torch
     from yolox.utils import postprocess
 
-    from data.coco import CocoSource
-    from data.transforms import letterbox
-    from engine.evaluator import CocoEvaluator
+    from msdet.data.coco import CocoSource
+    from msdet.data.transforms import letterbox
+    from msdet.engine.evaluation.coco import CocoEvaluator
 
     val = CocoSource(root, "annotations/instances_val.json", "val")
     evaluator = CocoEvaluator(val.coco, val.category_ids, val.class_names, out_dir)

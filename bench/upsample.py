@@ -17,8 +17,8 @@ alternates their steps (the order reversed every round).
 
 from __future__ import annotations
 
-from bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
-from ops.kernel_benchmarks import UPSAMPLES as SHAPES  # YOLOX-nano's two, at 320 px
+from msdet.bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
+from msdet.ops.kernel_benchmarks import UPSAMPLES as SHAPES  # YOLOX-nano's two, at 320 px
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from mindspore import nn
 
-    from ops.upsample import upsample2x, upsample2x_op
+    from msdet.ops.upsample import upsample2x, upsample2x_op
 
     class Weighted(nn.Cell):
         def __init__(self, op, scale):
@@ -85,8 +85,13 @@ def main(argv: list[str] | None = None) -> dict:
 def compare_train_steps(steps: int, threads: int) -> dict:
     """Median seconds per training step with and without the upsampling kernel (every other
     msdet kernel on in both), steps alternating."""
-    from bench.common import alternate_steps, nano_train_steps, print_header, print_step_comparison
-    from ops import cpu_kernels
+    from msdet.bench.common import (
+        alternate_steps,
+        nano_train_steps,
+        print_header,
+        print_step_comparison,
+    )
+    from msdet.ops import cpu_kernels
 
     print_header("YOLOX-nano training step: upsampling on Tile vs on msdet's kernel")
     others = tuple(k for k in cpu_kernels.KERNELS if k != "upsample")

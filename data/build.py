@@ -6,8 +6,8 @@ import json
 import os
 from typing import Any
 
-from data.coco import CocoSource
-from data.synthetic import MIN_OBJECT_SIZE, categories_for, ensure_shapes_dataset, shapes_root
+from msdet.data.coco import CocoSource
+from msdet.data.synthetic import MIN_OBJECT_SIZE, categories_for, ensure_shapes_dataset, shapes_root
 
 
 def dataset_root(data_cfg: Any) -> str:

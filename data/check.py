@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -35,25 +34,31 @@ from typing import Any
 
 import numpy as np
 
-from data.build import dataset_root
-from data.coco import CocoSource, _annotation_problem, _check_top_level
-from data.config import available_cores, input_size
-from data.image_io import ImageReadError, read_image
+from msdet.common.config import CONFIG_DIR
+from msdet.common.host import available_cores
+from msdet.data.build import dataset_root
+from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
+from msdet.data.config import input_size
+from msdet.data.image_io import ImageReadError, read_image
+from msdet.data.labels_plot import plot_labels
+from msdet.data.summary import (
+    SMALL_OBJECT_PX,
+    STRIDES,
+    TrainingBoxes,
+    class_counts,
+    class_table,
+    crowd_count,
+    format_class_counts,
+    training_boxes,
+)
 
-STRIDES = (8, 16, 32)
-# Objects under this many pixels (longer side) on the network input are hard to classify:
-# the lesson of the shapes set (README "The default run").
-SMALL_OBJECT_PX = 16
 # Boxes reaching this far past the border are left alone: annotation tools that use
 # inclusive pixel coordinates put x + w at the image width + 1.
 OUTSIDE_TOLERANCE = 1.0
-# Box size bins (longer side on the input, px) for the report.
-SIZE_BINS = (0, 8, 16, 32, 64, 128, 256, math.inf)
 MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
 LABELS_FILE = "labels.png"
 DEFAULT_OUT = "outputs/data_check"
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 # Each warning the report can hold, with what training does about it.
 PROBLEMS = {
@@ -87,117 +92,6 @@ class Problem:
         self.count += 1
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(example)
-
-
-@dataclass
-class TrainingBoxes:
-    """The boxes training uses (valid, non-crowd, clipped), sized on the network input."""
-
-    labels: np.ndarray  # [N] training class index
-    wh: np.ndarray  # [N, 2] width, height in input pixels (after the letterbox scale)
-    centres: np.ndarray  # [N, 2] x, y as fractions of the image
-    image_index: np.ndarray  # [N] source position of each box's image
-    images_without_boxes: list[int]  # source positions
-
-    def size_summary(self) -> dict[str, Any]:
-        """Counts of boxes by longer side on the input: median, under stride 8, under
-        :data:`SMALL_OBJECT_PX`, and per :data:`SIZE_BINS` bin."""
-        side = self.wh.max(1) if len(self.wh) else np.zeros(0)
-        bins = {}
-        for lo, hi in zip(SIZE_BINS[:-1], SIZE_BINS[1:]):
-            name = f"{lo:g}-{hi:g}" if math.isfinite(hi) else f">={lo:g}"
-            bins[name] = int(((side >= lo) & (side < hi)).sum())
-        return {
-            "measure": "longer box side in pixels on the letterboxed network input",
-            "median": float(np.median(side)) if len(side) else None,
-            "under_stride_8": int((side < STRIDES[0]).sum()),
-            f"under_{SMALL_OBJECT_PX}px": int((side < SMALL_OBJECT_PX).sum()),
-            "histogram": bins,
-        }
-
-
-def training_boxes(source: CocoSource, img_size: Sequence[int]) -> TrainingBoxes:
-    """The training boxes of ``source`` (its annotations, no image decoded) scaled as the
-    letterbox to ``img_size`` ``(h, w)`` scales each image."""
-    in_h, in_w = (int(v) for v in img_size)
-    labels, wh, centres, index, empty = [], [], [], [], []
-    for i in range(len(source)):
-        info = source.image_info(i)
-        boxes, lab = source.annotations(i)
-        if not len(lab):
-            empty.append(i)
-            continue
-        scale = min(in_h / info["height"], in_w / info["width"])
-        labels.append(lab)
-        index.append(np.full(len(lab), i, dtype=np.int64))
-        wh.append((boxes[:, 2:] - boxes[:, :2]) * scale)
-        size = np.array([info["width"], info["height"]], dtype=np.float32)
-        centres.append((boxes[:, :2] + boxes[:, 2:]) / 2 / size)
-    return TrainingBoxes(
-        labels=np.concatenate(labels) if labels else np.zeros(0, np.int64),
-        wh=np.concatenate(wh) if wh else np.zeros((0, 2), np.float32),
-        centres=np.concatenate(centres) if centres else np.zeros((0, 2), np.float32),
-        image_index=np.concatenate(index) if index else np.zeros(0, np.int64),
-        images_without_boxes=empty,
-    )
-
-
-def _class_counts(source: CocoSource, boxes: TrainingBoxes) -> dict[str, int]:
-    counts = np.bincount(boxes.labels, minlength=source.num_classes)
-    return {name: int(n) for name, n in zip(source.class_names, counts)}
-
-
-def _crowd_count(source: CocoSource) -> int:
-    return sum(1 for ann in source.coco.dataset["annotations"] if ann.get("iscrowd", 0))
-
-
-def _format_class_counts(counts: Mapping[str, int], few: int = 10) -> str:
-    if len(counts) <= few:
-        return ", ".join(f"{name} {n}" for name, n in counts.items())
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    most = ", ".join(f"{name} {n}" for name, n in ranked[:3])
-    fewest = ", ".join(f"{name} {n}" for name, n in ranked[-3:])
-    return f"most {most}; fewest {fewest}"
-
-
-def _class_table(counts: Mapping[str, int], columns: int = 4) -> list[str]:
-    width = max((len(name) for name in counts), default=0)
-    cells = [f"{name:<{width}} {n:>7}" for name, n in counts.items()]
-    return [" | ".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
-
-
-def summarise_annotations(
-    source: CocoSource, img_size: Sequence[int], split: str = "train"
-) -> list[str]:
-    """A few log lines on ``source``'s annotations for the start of training: images,
-    classes and boxes, boxes per class, box sizes on the ``img_size`` ``(h, w)`` input.
-
-    Reads only what :class:`CocoSource` already holds (no image is decoded): a second or
-    so for COCO train. Malformed annotations were already reported when it was built.
-    """
-    boxes = training_boxes(source, img_size)
-    counts = _class_counts(source, boxes)
-    sizes = boxes.size_summary()
-    n = len(boxes.labels)
-    small = sizes[f"under_{SMALL_OBJECT_PX}px"]
-    lines = [
-        f"{split}: {len(source)} images ({len(boxes.images_without_boxes)} without boxes), "
-        f"{source.num_classes} classes, {n} boxes ({_crowd_count(source)} crowd regions, "
-        "not trained on)",
-        f"{split} boxes per class: {_format_class_counts(counts)}",
-    ]
-    empty = [name for name, c in counts.items() if c == 0]
-    if empty:
-        more = f" and {len(empty) - 10} more" if len(empty) > 10 else ""
-        lines.append(f"{split}: classes without boxes: {', '.join(empty[:10])}{more}")
-    if n:
-        h, w = (int(v) for v in img_size)
-        lines.append(
-            f"{split} box size on the {h}x{w} input (longer side): median {sizes['median']:.0f} px; "
-            f"{small} ({100 * small / n:.1f}%) under {SMALL_OBJECT_PX} px, "
-            f"{sizes['under_stride_8']} under stride {STRIDES[0]}"
-        )
-    return lines
 
 
 def _read_json(ann_file: str) -> dict[str, Any]:
@@ -355,7 +249,7 @@ def check_split(
     del dataset  # COCO train's json is large; CocoSource reads its own copy
 
     # Training's own view of the annotations, so the counts are what it will see.
-    coco_log = logging.getLogger("data.coco")
+    coco_log = logging.getLogger("msdet.data.coco")
     level = coco_log.level
     coco_log.setLevel(logging.ERROR)  # its skipped-annotation warning is in this report
     try:
@@ -363,7 +257,7 @@ def check_split(
     finally:
         coco_log.setLevel(level)
     boxes = training_boxes(source, img_size)
-    classes = _class_counts(source, boxes)
+    classes = class_counts(source, boxes)
     for i in boxes.images_without_boxes:
         problems["image_without_annotations"].add(repr(source.image_info(i)["file_name"]))
     for name, n in classes.items():
@@ -379,7 +273,7 @@ def check_split(
     counts.update(
         categories=source.num_classes,
         training_boxes=len(boxes.labels),
-        crowd_regions=_crowd_count(source),
+        crowd_regions=crowd_count(source),
     )
 
     workers = available_cores() if workers is None else int(workers)
@@ -455,10 +349,10 @@ def format_report(checks: Sequence[SplitCheck], img_size: Sequence[int]) -> str:
             f"categories; {n['training_boxes']} training boxes, {n['crowd_regions']} crowd regions"
         )
         if len(c.classes) <= 10:
-            lines.append(f"  boxes per class: {_format_class_counts(c.classes)}")
+            lines.append(f"  boxes per class: {format_class_counts(c.classes)}")
         else:
             lines.append("  boxes per class:")
-            lines.extend(f"    {row}" for row in _class_table(c.classes))
+            lines.extend(f"    {row}" for row in class_table(c.classes))
         s = c.sizes
         if s["median"] is not None:
             total = n["training_boxes"]
@@ -484,68 +378,6 @@ def format_report(checks: Sequence[SplitCheck], img_size: Sequence[int]) -> str:
     errors = sum(len(c.errors) for c in checks)
     lines.append(f"{warnings} warnings, {errors} errors")
     return "\n".join(lines)
-
-
-def plot_labels(check: SplitCheck, img_size: Sequence[int], path: str) -> None:
-    """``labels.png``: boxes per class, box centres, box width x height on the input with
-    the strides marked, and the longer-side histogram with the small-object limit."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.colors import LogNorm
-    from matplotlib.figure import Figure
-
-    boxes, names = check.boxes, check.class_names
-    fig = Figure(figsize=(12, 9), dpi=100)
-    FigureCanvasAgg(fig)
-    (a, b), (c, d) = fig.subplots(2, 2)
-    counts = list(check.classes.values())
-    a.bar(range(len(counts)), counts, color="tab:blue")
-    if len(names) <= 30:
-        a.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
-    a.set_ylabel("boxes")
-    a.set_title(f"{check.split}: {sum(counts)} training boxes, {len(names)} classes")
-
-    # Empty bins white (cmin), a single box already clearly coloured (vmin below 1).
-    if len(boxes.labels):
-        b.hist2d(boxes.centres[:, 0], boxes.centres[:, 1], bins=50, range=[[0, 1], [0, 1]],
-                 cmap="Blues", cmin=1, vmin=0)  # fmt: skip
-    b.set_xlim(0, 1)
-    b.set_ylim(1, 0)  # image coordinates: y down
-    b.set_xlabel("x (fraction of width)")
-    b.set_ylabel("y (fraction of height)")
-    b.set_title("box centres")
-
-    h, w = (int(v) for v in img_size)
-    top = max(h, w)
-    edges = np.geomspace(1, top, 40)
-    if len(boxes.labels):
-        wh = np.clip(boxes.wh, 1, top)
-        c.hist2d(wh[:, 0], wh[:, 1], bins=[edges, edges], cmap="Blues", cmin=1,
-                 norm=LogNorm(vmin=0.3))  # fmt: skip
-    c.set_xscale("log")
-    c.set_yscale("log")
-    c.set_xlim(1, top)
-    c.set_ylim(1, top)
-    for stride in STRIDES:
-        c.axvline(stride, color="grey", linestyle=":", linewidth=1)
-        c.axhline(stride, color="grey", linestyle=":", linewidth=1)
-    c.set_xlabel(f"width (px on the {h}x{w} input)")
-    c.set_ylabel("height (px)")
-    c.set_title(f"box sizes; dotted: strides {', '.join(map(str, STRIDES))}")
-
-    side = boxes.wh.max(1) if len(boxes.wh) else np.zeros(0)
-    d.hist(np.clip(side, 1, top), bins=edges, color="tab:blue")
-    d.set_xscale("log")
-    d.axvline(SMALL_OBJECT_PX, color="tab:red", linestyle="--",
-              label=f"{SMALL_OBJECT_PX} px: {int((side < SMALL_OBJECT_PX).sum())} boxes under")  # fmt: skip
-    d.axvline(STRIDES[0], color="grey", linestyle=":",
-              label=f"stride {STRIDES[0]}: {int((side < STRIDES[0]).sum())} under")  # fmt: skip
-    d.set_xlabel("longer side (px on the input)")
-    d.set_ylabel("boxes")
-    d.set_title("box size against the small-object limit")
-    d.legend(fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path)
 
 
 def write_report(

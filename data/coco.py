@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pycocotools.coco import COCO
 
-from data.image_io import UnreadableImageStats, read_image
+from msdet.data.image_io import UnreadableImageStats, read_image
 
 log = logging.getLogger(__name__)
 

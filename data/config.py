@@ -7,9 +7,10 @@ runtime set-up loads MindSpore.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
+
+from msdet.common.host import available_cores, ranks_on_this_host
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +18,6 @@ STRIDE = 32  # the detector's largest stride: input sides must be multiples of i
 # Data workers per rank chosen by `auto`: half the rank's cores (the training step's own
 # operators use the rest), at most this many.
 AUTO_MAX_WORKERS = 8
-# Set by scripts/run_distributed_train.sh: how many ranks run on this host (msrun does not
-# export its --local_worker_num to the workers).
-LOCAL_RANKS_VAR = "MSDET_LOCAL_RANKS"
 
 _reported: set[tuple[str, Any, int]] = set()
 
@@ -47,23 +45,6 @@ def input_size(value: Any, key: str = "data.img_size") -> tuple[int, int]:
             f"(e.g. {key}=320 or {key}=[320,416]); got {value!r}"
         )
     return size[0], size[1]
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def ranks_on_this_host(world_size: int) -> int:
-    """Ranks sharing this host's cores: the launcher's count, else all ``world_size``."""
-    try:
-        local = int(os.environ.get(LOCAL_RANKS_VAR, "0"))
-    except ValueError:
-        local = 0
-    return max(1, local if local > 0 else int(world_size))
 
 
 def resolve_num_workers(

@@ -22,11 +22,11 @@ from typing import Any
 import mindspore.dataset as ds
 import numpy as np
 
-from data.buckets import TrimToBucket
-from data.coco import CocoSource
-from data.config import input_size, resolve_num_workers
-from data.image_io import ImageReadError
-from data.transforms import (
+from msdet.data.buckets import TrimToBucket
+from msdet.data.coco import CocoSource
+from msdet.data.config import input_size, resolve_num_workers
+from msdet.data.image_io import ImageReadError
+from msdet.data.transforms import (
     PAD_VALUE,
     filter_boxes,
     horizontal_flip,

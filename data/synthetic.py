@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import cv2
 import numpy as np
 
-from data.progress import progress
+from msdet.common.progress import progress
 
 log = logging.getLogger(__name__)
 

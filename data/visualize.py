@@ -17,9 +17,8 @@ import cv2
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from data.build import build_sources
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+from msdet.common.config import CONFIG_DIR
+from msdet.data.build import build_sources
 
 
 def class_colour(label: int) -> tuple[int, int, int]:
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     args = parser.parse_args(argv)
     # Here, not at the top: data.pipeline loads MindSpore, and draw_boxes must stay
     # importable without it (engine.plots draws evaluation pictures before it loads).
-    from data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
+    from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose("config", overrides=list(args.overrides))

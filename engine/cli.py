@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import open_dict
 
-from data.config import input_size
+from msdet.data.config import input_size
 
 log = logging.getLogger("msdet")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mindspore import nn
 
-from models.layers import BaseConv, CSPLayer, Focus, ResLayer, SPPBottleneck, conv_block
+from msdet.models.layers import BaseConv, CSPLayer, Focus, ResLayer, SPPBottleneck, conv_block
 
 
 class CSPDarknet(nn.Cell):

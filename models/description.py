@@ -83,7 +83,7 @@ def describe(
     """The description of a network built from ``model_cfg`` with ``num_classes`` classes."""
     from mindspore import __version__ as ms_version
 
-    from models.yolox import architecture
+    from msdet.models.yolox import architecture
 
     if len(class_names) != num_classes or len(category_ids) != num_classes:
         raise DescriptionError(

@@ -8,10 +8,10 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import Constant
 
-from models.layers import BaseConv, conv2d, conv_block
-from ops.boxes import decode_boxes
-from ops.cpu_kernels import custom_kernel_library
-from ops.transpose import swap_last_axes_op
+from msdet.models.layers import BaseConv, conv2d, conv_block
+from msdet.ops.boxes import decode_boxes
+from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.transpose import swap_last_axes_op
 
 
 def prior_bias(prior_prob: float) -> float:

@@ -14,14 +14,14 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
-from ops.batchnorm_silu import BatchNormSiLU
-from ops.cpu_kernels import custom_kernel_library
-from ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
-from ops.depthwise import DepthwiseConv2d
-from ops.focus_conv import focus_conv_op, space_to_depth_weight
-from ops.pointwise_conv import PointwiseConv2d
-from ops.spp_pool import spp_pools_op
-from ops.upsample import upsample2x, upsample2x_op
+from msdet.ops.batchnorm_silu import BatchNormSiLU
+from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
+from msdet.ops.depthwise import DepthwiseConv2d
+from msdet.ops.focus_conv import focus_conv_op, space_to_depth_weight
+from msdet.ops.pointwise_conv import PointwiseConv2d
+from msdet.ops.spp_pool import spp_pools_op
+from msdet.ops.upsample import upsample2x, upsample2x_op
 
 # YOLOX sets every BatchNorm to eps=1e-3, momentum=0.03 (PyTorch convention: the weight of
 # the new batch). MindSpore's momentum is the weight of the running value: 1 - 0.03.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Parameter, nn, ops
 
-from ops.assigner import SimOTAAssigner
-from ops.boxes import decode_boxes
-from ops.loss_terms import LossTerms
+from msdet.ops.assigner import SimOTAAssigner
+from msdet.ops.boxes import decode_boxes
+from msdet.ops.loss_terms import LossTerms
 
 
 def gather_gt(values: ms.Tensor, index: ms.Tensor) -> ms.Tensor:

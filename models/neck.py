@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from mindspore import nn, ops
 
-from models.backbone import CSPDarknet, Darknet53
-from models.layers import BaseConv, CSPLayer, Upsample2x, conv_block
+from msdet.models.backbone import CSPDarknet, Darknet53
+from msdet.models.layers import BaseConv, CSPLayer, Upsample2x, conv_block
 
 
 class YOLOPAFPN(nn.Cell):

@@ -16,8 +16,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from models.checkpoint import EMA_PREFIX, CheckpointError, network_weights, read_checkpoint
-from models.convert import ConversionError, load_torch_checkpoint, mindspore_name
+from msdet.models.convert_pytorch import ConversionError, load_torch_checkpoint, mindspore_name
+from msdet.models.weights import EMA_PREFIX, CheckpointError, network_weights, read_checkpoint
 
 TORCH_SUFFIXES = (".pth", ".pt", ".pth.tar")
 CLASS_HEAD = "head.cls_preds."

@@ -8,11 +8,12 @@ from typing import Any
 from mindspore import nn, ops
 from omegaconf import DictConfig, OmegaConf
 
-from models.head import YOLOXHead
-from models.neck import YOLOFPN, YOLOPAFPN
-from ops.batchnorm_silu import BatchNormSiLU
+from msdet.common.config import CONFIG_DIR
+from msdet.models.head import YOLOXHead
+from msdet.models.neck import YOLOFPN, YOLOPAFPN
+from msdet.ops.batchnorm_silu import BatchNormSiLU
 
-MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "model")
+MODEL_CONFIG_DIR = os.path.join(CONFIG_DIR, "model")
 
 
 def model_names() -> list[str]:

@@ -35,8 +35,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ops.boxes import pairwise_iou_cxcywh
-from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.boxes import pairwise_iou_cxcywh
+from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 RULES = ("yolox-0.3.0", "yolox-latest")
 DEFAULT_RADIUS = {"yolox-0.3.0": 2.5, "yolox-latest": 1.5}

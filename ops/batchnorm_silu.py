@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from ops.inplace import in_place_op
+from msdet.ops.inplace import in_place_op
 
 
 def _first(first, *_):

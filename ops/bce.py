@@ -13,7 +13,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 
 def bce_with_logits(logits: Tensor, targets: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ library enabled for ``"ema"``.
 
 from __future__ import annotations
 
-from ops.inplace import flag_shape, float32, in_place_op
+from msdet.ops.inplace import flag_shape, float32, in_place_op
 
 
 def flat_ema_op(library: str, count: int):

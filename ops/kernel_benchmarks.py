@@ -148,7 +148,7 @@ def _upsamplings(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn
 
-    from ops.upsample import upsample2x, upsample2x_op
+    from msdet.ops.upsample import upsample2x, upsample2x_op
 
     class Branch(nn.Cell):
         def __init__(self, channels: int, side: int):
@@ -188,7 +188,7 @@ def _focus(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn, ops
 
-    from ops.focus_conv import focus_conv_op, space_to_depth_weight
+    from msdet.ops.focus_conv import focus_conv_op, space_to_depth_weight
 
     channels, width, _ = FOCUS
 
@@ -217,7 +217,7 @@ def _pointwise(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn
 
-    from ops.pointwise_conv import PointwiseConv2d
+    from msdet.ops.pointwise_conv import PointwiseConv2d
 
     def conv(cin: int, cout: int) -> nn.Cell:
         w = ms.Tensor(rng.uniform(-0.1, 0.1, (cout, cin, 1, 1)).astype("float32"))
@@ -258,7 +258,7 @@ def _spp(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn, ops
 
-    from ops.spp_pool import spp_pools_op
+    from msdet.ops.spp_pool import spp_pools_op
 
     channels, side = SPP
     hidden = channels // 2
@@ -303,7 +303,7 @@ def _swap(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn, ops
 
-    from ops.transpose import swap_last_axes_op
+    from msdet.ops.transpose import swap_last_axes_op
 
     class Swap(nn.Cell):
         def __init__(self):
@@ -324,7 +324,7 @@ def _swap(library: str, kernels: Sequence[str], rng) -> Any:
 def assigner(library: str, kernels: Sequence[str], rng) -> Any:
     """SimOTA's assigner (forward only: it runs outside the gradient), on its compiled
     operators if ``kernels`` has them."""
-    from ops.assigner import SimOTAAssigner
+    from msdet.ops.assigner import SimOTAAssigner
 
     return SimOTAAssigner(ASSIGN_CLASSES, library=library if "assigner" in kernels else None)
 
@@ -372,7 +372,7 @@ def loss(library: str, kernels: Sequence[str], rng) -> Any:
     import numpy as np
     from mindspore import nn
 
-    from ops.loss_terms import LossTerms
+    from msdet.ops.loss_terms import LossTerms
 
     weights = ms.Tensor(np.array([5.0, 1.0, 1.0, 1.0], np.float32))  # the IoU term's weight
 
@@ -447,7 +447,7 @@ def sgd(library: str, kernels: Sequence[str], rng) -> Any:
     import numpy as np
     from mindspore import nn, ops
 
-    from ops.sgd import flat_sgd_op
+    from msdet.ops.sgd import flat_sgd_op
 
     momentum, decay = SGD_RECIPE
     shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
@@ -508,7 +508,7 @@ def ema(library: str, kernels: Sequence[str], rng) -> Any:
     import numpy as np
     from mindspore import nn, ops
 
-    from ops.ema import flat_ema_op
+    from msdet.ops.ema import flat_ema_op
 
     shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
 
@@ -544,7 +544,7 @@ def ema_inputs(rng, steps: Mapping[str, Any]) -> tuple:
 def nms(library: str, kernels: Sequence[str], rng) -> Any:
     """:class:`ops.nms.BatchedNMS` at eval's defaults, 80 classes, on the greedy NMS
     operator if ``kernels`` has it (else ``NMSWithMask``)."""
-    from ops.nms import BatchedNMS
+    from msdet.ops.nms import BatchedNMS
 
     conf, iou, topk, max_det = NMS_SETTINGS
     return BatchedNMS(
@@ -573,8 +573,8 @@ def _blocks(library: str, kernels: Sequence[str], rng) -> Any:
     import mindspore as ms
     from mindspore import nn
 
-    from ops.batchnorm_silu import BatchNormSiLU
-    from ops.depthwise import DepthwiseConv2d
+    from msdet.ops.batchnorm_silu import BatchNormSiLU
+    from msdet.ops.depthwise import DepthwiseConv2d
 
     def weight(shape):  # no MindSpore initialiser: its random state is not touched
         return ms.Tensor(rng.uniform(-0.3, 0.3, shape).astype("float32"))

@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ops import kernel_benchmarks as bench
-from ops.cpu_kernels import KERNELS, kernels_text
+from msdet.common.config import ROOT
+from msdet.ops import kernel_benchmarks as bench
+from msdet.ops.cpu_kernels import KERNELS, kernels_text
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 # shorter: two runs of the same variant on a shared 2-core machine differ by a few percent.
 MARGIN = 0.05
 ROUNDS, WARMUP = 5, 2
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
 
@@ -285,7 +285,7 @@ def _measure_in_child(library: str, threads: int) -> dict:
         if k not in CHILD_DROPS and not k.startswith(CHILD_DROPS_PREFIXES)
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "ops.kernel_choice", library, str(int(threads))]
+    cmd = [sys.executable, "-m", "msdet.ops.kernel_choice", library, str(int(threads))]
     try:
         done = subprocess.run(
             cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
@@ -305,7 +305,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
     import mindspore as ms
     import numpy as np
 
-    from ops.cpu_kernels import set_kernel_threads
+    from msdet.ops.cpu_kernels import set_kernel_threads
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.device_context.cpu.op_tuning.threads_num(int(threads))

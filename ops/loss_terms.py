@@ -14,9 +14,9 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-from ops.bce import BCEWithLogits, ClassBCE
-from ops.boxes import aligned_iou_cxcywh, decode_boxes
-from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.bce import BCEWithLogits, ClassBCE
+from msdet.ops.boxes import aligned_iou_cxcywh, decode_boxes
+from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 TERMS = ("iou", "obj", "cls", "l1")
 

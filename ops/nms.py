@@ -19,7 +19,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 # Ascend's NMSWithMask accepts at most this many boxes per call (MindSpore docs).
 ASCEND_MAX_NMS_BOXES = 2864

@@ -11,7 +11,7 @@ weights after it and copies nothing. ``engine.optim.DecayInKernelSGD`` uses it w
 
 from __future__ import annotations
 
-from ops.inplace import flag_shape, float32, in_place_op
+from msdet.ops.inplace import flag_shape, float32, in_place_op
 
 
 def flat_sgd_op(library: str, count: int):

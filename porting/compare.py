@@ -42,17 +42,11 @@ import time
 
 import numpy as np
 
-from porting.detections import compare_detections
-from porting.forward import compare_modules, compare_network_output
-from porting.inputs import ComparisonSetupError, build_pair, load_input, train_batch
-from porting.report import (
-    ModuleDiff,
-    build_report,
-    first_failure,
-    format_table,
-    json_safe,
-)
-from porting.train_step import compare_train_step
+from msdet.porting.detections import compare_detections
+from msdet.porting.forward import compare_modules, compare_network_output
+from msdet.porting.inputs import ComparisonSetupError, build_pair, load_input, train_batch
+from msdet.porting.report import ModuleDiff, build_report, first_failure, format_table, json_safe
+from msdet.porting.training import compare_train_step
 
 DEFAULT_SIZE = 416
 
@@ -155,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # The CLI is an entry point like train.py: prepare the process before MindSpore loads
     # (on CPU this picks oneDNN's fast convolution kernels).
-    from engine.device import configure_process_env, resolve_device
+    from msdet.engine.runtime.device import configure_process_env, resolve_device
 
     device = resolve_device(args.device)
     configure_process_env(device)

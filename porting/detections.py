@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from porting.forward import to_numpy
-from porting.report import ModuleDiff, diff
+from msdet.porting.forward import to_numpy
+from msdet.porting.report import ModuleDiff, diff
 
 # Post-processing as msdet's eval defaults (configs/config.yaml) and YOLOX's evaluation.
 NMS_CONF, NMS_IOU, NMS_MAX_DET = 0.01, 0.65, 100
@@ -53,7 +53,7 @@ def compare_detections(
     """
     import mindspore as ms
 
-    from ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS
+    from msdet.ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS
 
     topk = min(decoded.shape[1], ASCEND_MAX_NMS_BOXES)
     nms = BatchedNMS(num_classes, conf, iou, pre_nms_topk=topk, max_det=max_det)

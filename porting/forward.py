@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from porting.report import ModuleDiff, diff, rounding_aware_diff
+from msdet.porting.report import ModuleDiff, diff, rounding_aware_diff
 
 BACKBONE = [f"backbone.backbone.{m}" for m in ("stem", "dark2", "dark3", "dark4", "dark5")]
 HEAD_BRANCHES = ("stems", "cls_convs", "cls_preds", "reg_convs", "reg_preds", "obj_preds")
@@ -25,7 +25,7 @@ def major_modules(neck_blocks: Sequence[str] | None = None, num_levels: int = 3)
     if neck_blocks is None:
         # Imported here: the comparison tool imports this module before it prepares the
         # process for MindSpore (models import MindSpore).
-        from models.neck import YOLOPAFPN
+        from msdet.models.neck import YOLOPAFPN
 
         neck_blocks = YOLOPAFPN.BLOCKS
     neck = [f"backbone.{m}" for m in neck_blocks]

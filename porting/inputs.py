@@ -122,9 +122,13 @@ def build_pair(
     ``calibration_images`` (:func:`models.reference.calibrate`), so that outputs are
     neither degenerate nor overflowing on that input.
     """
-    from models.convert import ConversionError, infer_num_classes, load_torch_checkpoint
-    from models.reference import ReferenceMissingError, build_torch_yolox, calibrate
-    from models.yolox import load_model_config
+    from msdet.models.convert_pytorch import (
+        ConversionError,
+        infer_num_classes,
+        load_torch_checkpoint,
+    )
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import ReferenceMissingError, build_torch_yolox, calibrate
 
     try:
         cfg = load_model_config(model)
@@ -157,6 +161,6 @@ def build_pair(
 
 def convert_to_network(state_dict, model: str, num_classes: int):
     """msdet's network with converted weights (a seam: tests perturb weights here)."""
-    from models.convert import convert_to_network as convert
+    from msdet.models.convert_pytorch import convert_to_network as convert
 
     return convert(state_dict, model, num_classes)

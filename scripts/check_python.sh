@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick check of msdet on another Python version: a venv from requirements.txt alone (plus
-# pytest), then imports, config composition, the entry-point glue, the training step, and
+# Quick check of msdet on another Python version: a venv with msdet and requirements.txt alone
+# (plus pytest), then imports, config composition, the entry-point glue, the training step, and
 # one tiny training run of train.py. The full suite (with the PyTorch reference) runs on one
 # version in scripts/test.sh; PyTorch's CPU wheel is not installed here, so the tests that
 # need the reference are not part of this check.
@@ -33,12 +33,12 @@ if [ ! -x "${VENV}/bin/python" ]; then
     "${PYTHON}" -m venv "${VENV}"
 fi
 "${VENV}/bin/python" -m pip install --quiet --upgrade pip
-"${VENV}/bin/python" -m pip install --quiet -r requirements.txt "pytest>=8"
+"${VENV}/bin/python" -m pip install --quiet -e . "pytest>=8"
 
 "${VENV}/bin/python" -c "import mindspore, numpy, cv2, pycocotools, hydra, tensorboardX; print('mindspore', mindspore.__version__, 'numpy', numpy.__version__)"
 "${VENV}/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" \
-    tests/test_config.py tests/data/test_config.py tests/engine/test_cli.py \
-    tests/engine/test_train_step.py tests/engine/test_optim.py
+    tests/common/test_config.py tests/data/test_config.py tests/engine/test_cli.py \
+    tests/engine/training/test_step.py tests/engine/training/test_optim.py
 run_dir=$(mktemp -d)
 trap 'rm -rf "${run_dir}"' EXIT
 "${VENV}/bin/python" train.py runtime=cpu data.num_train=16 data.num_val=4 data.img_size=64 \

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.device import configure_process_env
+from msdet.engine.runtime.device import configure_process_env
 
 # Must run before any test module imports mindspore (oneDNN reads it at load time).
 configure_process_env("CPU")

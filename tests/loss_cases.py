@@ -48,8 +48,8 @@ def loss_with_and_without(library: str, kernels: tuple[str, ...], num_classes: i
     ``(loss, [the six outputs as floats], the gradient of the total w.r.t. the raw outputs)``."""
     import mindspore as ms
 
-    from models.loss import YOLOXLoss
-    from ops import cpu_kernels
+    from msdet.models.loss import YOLOXLoss
+    from msdet.ops import cpu_kernels
 
     rng = np.random.default_rng(3)
     grids, strides = anchor_grid(128)

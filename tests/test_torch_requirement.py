@@ -8,11 +8,12 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
+
 # One test of each kind: torch alone (the pickle reader), and the YOLOX original.
 TESTS = (
     "tests/models/test_torch_pickle.py::test_payload_saved_by_torch_is_refused",
-    "tests/engine/test_optim.py::test_schedule_equals_yolox_scheduler",
+    "tests/engine/training/test_optim.py::test_schedule_equals_yolox_scheduler",
 )
 
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from models.reference import ReferenceMissingError, import_yolox
+from msdet.porting.reference import ReferenceMissingError, import_yolox
 
 REQUIRE_VAR = "MSDET_REQUIRE_TORCH"
 

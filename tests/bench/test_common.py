@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.common import cpu_model, cpu_simd
+from msdet.bench.common import cpu_model, cpu_simd
 
 ZEN4 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -36,7 +36,7 @@ def test_the_model_name_carries_family_and_model_and_the_simd_levels_follow():
 
 
 def test_alternating_steps_reverse_their_order_every_round_and_skip_the_warm_up():
-    from bench.common import alternate_steps
+    from msdet.bench.common import alternate_steps
 
     calls, seen = [], []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import compare_torch
+from msdet.bench import compare_torch
 
 
 def _recorded(monkeypatch, argv):
@@ -13,7 +13,7 @@ def _recorded(monkeypatch, argv):
 
     def fake_run(cmd, env=None):
         calls.append((cmd[0], "--infer" in cmd, dict(env or {})))
-        torch_side = cmd[0] == "bench.torch_step"
+        torch_side = cmd[0] == "msdet.bench.torch_step"
         step = 0.2 if torch_side else 0.18
         result = {
             "images_per_s": 40.0 if torch_side else 44.0,
@@ -36,7 +36,7 @@ def test_each_side_runs_in_its_own_environment(monkeypatch, isa):
     result, calls = _recorded(monkeypatch, ["--rounds", "2", "--steps", "3", "--isa", isa])
     assert len(calls) == 8  # two rounds of four children
     for module, _, env in calls:
-        side = "pytorch" if module == "bench.torch_step" else "msdet"
+        side = "pytorch" if module == "msdet.bench.torch_step" else "msdet"
         assert env == compare_torch.ISA_CAPS[isa][side]
     if isa == "avx2":
         torch_env = compare_torch.ISA_CAPS["avx2"]["pytorch"]
@@ -64,7 +64,7 @@ def test_the_child_environment_adds_to_the_parents(monkeypatch):
 
     monkeypatch.setenv("MSDET_TEST_PARENT", "kept")
     monkeypatch.setattr(compare_torch.subprocess, "run", fake_subprocess_run)
-    assert compare_torch.run(["bench.train_step"], {"MSDET_KERNEL_FLAGS": "-mno-avx512f"}) == {
-        "step_s": 1.0
-    }
+    assert compare_torch.run(
+        ["msdet.bench.step_speed"], {"MSDET_KERNEL_FLAGS": "-mno-avx512f"}
+    ) == {"step_s": 1.0}
     assert seen["MSDET_TEST_PARENT"] == "kept" and seen["MSDET_KERNEL_FLAGS"] == "-mno-avx512f"

@@ -1,4 +1,4 @@
-"""bench.memory's reading of this process's memory: resident, peak, anonymous and file pages."""
+"""msdet.bench.memory's reading of this process's memory: resident, peak, anonymous and file pages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench.memory import _status_mb
+from msdet.bench.memory import _status_mb
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 

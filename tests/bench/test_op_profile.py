@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.op_profile import BN_SILU, DENSE_BWD, DENSE_FWD, OPTIM, OTHER, POOL, msdet_category
+from msdet.bench.op_profile import BN_SILU, DENSE_BWD, DENSE_FWD, OPTIM, OTHER, POOL, msdet_category
 
 NET = "Default/net_with_loss-DetectorWithLoss/network-YOLOX"
 SPP = f"{NET}/backbone-YOLOPAFPN/backbone-CSPDarknet/dark5-SequentialCell/1-SPPBottleneck"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from data.coco import CocoSource
-from data.synthetic import ANN_FILES, generate_shapes
+from msdet.data.coco import CocoSource
+from msdet.data.synthetic import ANN_FILES, generate_shapes
 
 NUM_TRAIN, NUM_VAL = 24, 6
 

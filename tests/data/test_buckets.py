@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from data.buckets import (
+from msdet.data.buckets import (
     MAX_GRAPHS,
     TrimToBucket,
     bucket_rows,
     check_graph_count,
     target_buckets,
 )
-from data.pipeline import build_train_dataset
+from msdet.data.pipeline import build_train_dataset
 from tests.data.test_pipeline import epochs_of, make_cfg
 
 

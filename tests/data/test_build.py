@@ -7,7 +7,7 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from data.build import build_sources
+from msdet.data.build import build_sources
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data")
 

@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from data.check import (
-    DatasetError,
-    check_dataset,
-    check_split,
-    main,
-    summarise_annotations,
-)
-from data.coco import CocoSource
+from msdet.data.check import DatasetError, check_dataset, check_split, main
+from msdet.data.coco import CocoSource
+from msdet.data.summary import summarise_annotations
 
 IMG_SIZE = (128, 128)  # 100 x 80 images: letterbox scale 1.28
 CATEGORIES = [{"id": 3, "name": "cat"}, {"id": 8, "name": "dog"}, {"id": 9, "name": "emu"}]

@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 import pytest
 
-from data.coco import CocoSource
-from data.image_io import ImageReadError
+from msdet.data.coco import CocoSource
+from msdet.data.image_io import ImageReadError
 
 # Deliberately unsorted, non-contiguous category ids.
 CATEGORIES = [
@@ -59,7 +59,7 @@ def coco_dir(tmp_path):
 
 @pytest.fixture()
 def source(coco_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="data.coco"):
+    with caplog.at_level(logging.WARNING, logger="msdet.data.coco"):
         src = CocoSource(str(coco_dir), "annotations/train.json", "images")
     src.load_warnings = caplog.text
     return src
@@ -115,7 +115,7 @@ def test_truncated_image_raises_naming_the_file(source):
 
 
 def test_boxes_follow_an_image_smaller_than_annotated(source, caplog):
-    with caplog.at_level(logging.WARNING, logger="data.coco"):
+    with caplog.at_level(logging.WARNING, logger="msdet.data.coco"):
         img, boxes, _ = source.load(3)
     assert img.shape == (30, 40, 3)
     np.testing.assert_allclose(boxes, [[10, 5, 30, 15]])

@@ -7,13 +7,8 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from data.config import (
-    LOCAL_RANKS_VAR,
-    available_cores,
-    input_size,
-    ranks_on_this_host,
-    resolve_num_workers,
-)
+from msdet.common.host import LOCAL_RANKS_VAR, available_cores, ranks_on_this_host
+from msdet.data.config import input_size, resolve_num_workers
 
 
 @pytest.mark.parametrize(
@@ -52,7 +47,7 @@ def test_auto_workers_take_half_the_cores_of_a_rank(monkeypatch):
 
 def test_explicit_workers_are_clamped_with_one_log_line(monkeypatch, caplog):
     monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
-    with caplog.at_level(logging.INFO, logger="data.config"):
+    with caplog.at_level(logging.INFO, logger="msdet.data.config"):
         assert resolve_num_workers(4, cores=2) == 2
         assert resolve_num_workers(4, cores=2) == 2
     lines = [r.getMessage() for r in caplog.records]

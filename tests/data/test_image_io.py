@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from data.image_io import ImageReadError, UnreadableImageStats, find_truncation, read_image
+from msdet.data.image_io import ImageReadError, UnreadableImageStats, find_truncation, read_image
 
 
 def gradient_bgr(h: int = 48, w: int = 64) -> np.ndarray:

@@ -8,13 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from data.media import (
-    Media,
-    VideoReader,
-    annotated_video_name,
-    find_media,
-    open_video_writer,
-)
+from msdet.data.media import Media, VideoReader, annotated_video_name, find_media, open_video_writer
 
 
 def write_video(path, frames: int, size_hw=(64, 96), fps=10.0) -> None:

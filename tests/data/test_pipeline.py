@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from data.coco import CocoSource
-from data.pipeline import (
+from msdet.data.coco import CocoSource
+from msdet.data.pipeline import (
     EVAL_COLUMNS,
     TRAIN_COLUMNS,
     AugmentParams,
@@ -20,8 +20,8 @@ from data.pipeline import (
     build_train_dataset,
     eval_positions,
 )
-from data.synthetic import ANN_FILES, generate_shapes
-from data.transforms import PAD_VALUE, filter_boxes, letterbox
+from msdet.data.synthetic import ANN_FILES, generate_shapes
+from msdet.data.transforms import PAD_VALUE, filter_boxes, letterbox
 from tests.data.conftest import NUM_TRAIN, NUM_VAL
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data", "shapes.yaml")
@@ -189,7 +189,7 @@ def test_unreadable_image_is_replaced_counted_and_warned_once(tmp_path, caplog):
     source = corrupted_copy(tmp_path, position=3)
     cfg = plain_cfg(str(tmp_path))
     dataset = build_train_dataset(cfg, source, 4, 10, 2, seed=0)
-    with caplog.at_level(logging.WARNING, logger="data.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="msdet.data.pipeline"):
         runs = epochs_of(dataset, 2)
     assert len(runs[0]) == 2
     assert source.unreadable.take_epoch_count(0) == 1
@@ -224,7 +224,7 @@ def test_too_many_boxes_keep_the_largest_and_warn_once(train_source, caplog):
         train_source, SIZE, 2, AugmentParams(), seed=0, epochs=1, no_aug_epochs=0
     )
     boxes = np.array([[0, 0, 10, 10], [0, 0, 30, 30], [5, 5, 7, 7], [0, 0, 20, 40]], np.float32)
-    with caplog.at_level(logging.WARNING, logger="data.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="msdet.data.pipeline"):
         targets, mask = samples.pad_targets(boxes, np.array([0, 1, 2, 0]))
         samples.pad_targets(boxes, np.array([0, 1, 2, 0]))
     np.testing.assert_allclose(targets, [[1, 15, 15, 30, 30], [0, 10, 20, 20, 40]])
@@ -275,11 +275,11 @@ def test_eval_shards_cover_every_image_once():
 
 def test_an_unreadable_eval_image_is_marked_and_keeps_its_position(tmp_path, caplog):
     """Not padding (-1): the evaluator must still count its ground truth."""
-    from data.pipeline import source_position, unreadable_index
+    from msdet.data.pipeline import source_position, unreadable_index
 
     source = corrupted_copy(tmp_path, position=1)
     dataset = build_eval_dataset(plain_cfg(str(tmp_path)), source, SIZE, batch_size=4)
-    with caplog.at_level(logging.WARNING, logger="data.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="msdet.data.pipeline"):
         (batches,) = epochs_of(dataset, 1)
     index = np.concatenate([b[1] for b in batches])
     np.testing.assert_array_equal(index, [0, unreadable_index(1), 2, 3, 4, 5, 6, 7])

@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from data import synthetic
-from data.coco import CocoSource
-from data.synthetic import ANN_FILES, ensure_shapes_dataset, generate_shapes, render_image
+from msdet.data import synthetic
+from msdet.data.coco import CocoSource
+from msdet.data.synthetic import ANN_FILES, ensure_shapes_dataset, generate_shapes, render_image
 
 
 def folder_bytes(root: str) -> dict[str, bytes]:
@@ -141,7 +141,7 @@ def test_shapes_are_whole_inside_their_mask():
 
 
 def test_a_second_task_draws_other_kinds_with_their_own_ids_and_folder(tmp_path):
-    from data.synthetic import categories_for, shapes_root
+    from msdet.data.synthetic import categories_for, shapes_root
 
     kinds = categories_for(["star", "cross", "ring"])
     seen = Counter()

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from data.transforms import (
+from msdet.data.transforms import (
     PAD_VALUE,
     filter_boxes,
     horizontal_flip,

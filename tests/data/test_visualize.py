@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from data.visualize import class_colour, draw_boxes, main
+from msdet.data.visualize import class_colour, draw_boxes, main
 
 
 def test_draw_boxes_outlines_each_box_in_its_class_colour():

@@ -13,6 +13,7 @@ import os
 import runpy
 import sys
 
+# Launched as a script: the repository root holds train.py and the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
@@ -28,7 +29,7 @@ def _add_weight_dump() -> None:
         def on_train_end(self, run_context):
             from mindspore.communication import get_rank
 
-            from engine.checkpoint import not_saved
+            from msdet.engine.training.checkpoints import not_saved
 
             network = run_context.original_args().train_network
             # What a checkpoint holds: the LR schedule is derived from the config, not saved.
@@ -46,7 +47,7 @@ def _add_weight_dump() -> None:
 
 
 if __name__ == "__main__":
-    from engine.device import configure_process_env
+    from msdet.engine.runtime.device import configure_process_env
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     _add_weight_dump()

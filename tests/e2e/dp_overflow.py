@@ -20,11 +20,12 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+# Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from engine.runtime import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
+from msdet.engine.runtime.process import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
 
 RESULT_FILE = "overflow_rank{rank}.npz"
 STEPS = 5
@@ -67,8 +68,8 @@ def train(mode: str, rank: int, world: int) -> tuple[np.ndarray, list[bool]]:
     import mindspore as ms
     from mindspore import nn
 
-    from engine.optim import build_optimizer
-    from engine.train_step import TrainStep
+    from msdet.engine.training.optim import build_optimizer
+    from msdet.engine.training.step import TrainStep
 
     sgd = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.0})
     net = build_probe()

@@ -23,11 +23,12 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+# Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.common import synthetic_batch  # noqa: E402  (needs ROOT on sys.path)
+from msdet.bench.common import synthetic_batch  # noqa: E402  (needs ROOT on sys.path)
 
 RANKS, STEPS, LR = 2, 2, 0.02
 BATCH, SIZE, NUM_CLASSES, MAX_OBJECTS, OBJECTS = 2, 64, 3, 8, 3
@@ -53,8 +54,8 @@ def _mean_of_two(a, b):
 
 
 def _network(cfg):
-    from models.loss import YOLOXLoss
-    from models.yolox import build_model
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
 
     return build_model(cfg.model, NUM_CLASSES), YOLOXLoss(NUM_CLASSES)
 
@@ -63,8 +64,8 @@ def _network(cfg):
 def main(cfg: DictConfig) -> None:
     import mindspore as ms
 
-    from engine.runtime import setup_runtime
-    from engine.trainer import build_train_step
+    from msdet.engine.runtime.process import setup_runtime
+    from msdet.engine.training.step import build_train_step
 
     rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
     net, loss = _network(cfg)
@@ -87,8 +88,8 @@ def reference(cfg, run_dir: str) -> dict[str, np.ndarray]:
     import mindspore as ms
     from mindspore import nn, ops
 
-    from engine.optim import build_optimizer
-    from models.loss import DetectorWithLoss
+    from msdet.engine.training.optim import build_optimizer
+    from msdet.models.loss import DetectorWithLoss
 
     net, loss = _network(cfg)
     initial = np.load(os.path.join(run_dir, INITIAL_FILE))

@@ -19,11 +19,12 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+# Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from engine.runtime import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
+from msdet.engine.runtime.process import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
 
 SAMPLES, FEATURES, HIDDEN = 64, 8, 16
 STEPS, LR = 20, 0.05

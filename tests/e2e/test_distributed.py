@@ -127,7 +127,7 @@ def alive(pid: int) -> bool:
 
 
 def results(run_dir) -> list[dict[str, float]]:
-    from engine.run_record import read_results
+    from msdet.engine.training.run_record import read_results
 
     return read_results(str(run_dir))
 
@@ -230,7 +230,7 @@ def test_two_ranks_train_and_record_the_launch(two_ranks):
 STEP_REFERENCE = """
 import sys, numpy as np
 from hydra import compose, initialize_config_dir
-from engine.runtime import setup_runtime
+from msdet.engine.runtime.process import setup_runtime
 from tests.e2e import dp_step
 with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
     cfg = compose("config", overrides=list(dp_step.OVERRIDES))
@@ -483,8 +483,8 @@ SYNC_BN_CHECK = """
 import numpy as np, mindspore as ms
 from mindspore import nn
 from omegaconf import OmegaConf
-from models.sync_batchnorm import convert_sync_batchnorm
-from models.yolox import build_model
+from msdet.models.sync_batchnorm import convert_sync_batchnorm
+from msdet.models.yolox import build_model
 
 net = build_model(OmegaConf.load("configs/model/yolox_nano.yaml"), 3)
 for p in net.get_parameters():  # distinct values, so that a mix-up would show
@@ -523,7 +523,7 @@ def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
 
 
 def test_sync_bn_only_on_ascend_with_several_ranks():
-    from engine.device import resolve_sync_bn
+    from msdet.engine.runtime.device import resolve_sync_bn
 
     assert resolve_sync_bn(True, "Ascend", 8) is True
     assert resolve_sync_bn(True, "CPU", 8) is False
@@ -534,7 +534,7 @@ def test_sync_bn_only_on_ascend_with_several_ranks():
 def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from engine.runtime import setup_runtime
+    from msdet.engine.runtime.process import setup_runtime
 
     cfg = OmegaConf.load(os.path.join(ROOT, "configs", "runtime", "cpu.yaml"))
     cfg = OmegaConf.merge(
@@ -549,7 +549,7 @@ def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
 def test_other_ranks_stop_writing_the_run_log(tmp_path):
     import logging
 
-    from engine.device import close_file_logs
+    from msdet.engine.runtime.device import close_file_logs
 
     root = logging.getLogger()
     handler = logging.FileHandler(tmp_path / "train.log")

@@ -107,8 +107,8 @@ def _convert(tmp_path, model: str) -> Path:
     require_yolox()
     import torch
 
-    from models.reference import build_torch_yolox, calibrate
-    from models.yolox import load_model_config
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox, calibrate
 
     pt = calibrate(build_torch_yolox(load_model_config(model), 80), img_size=128)
     torch.save({"model": pt.state_dict()}, tmp_path / f"{model}.pth")
@@ -117,7 +117,7 @@ def _convert(tmp_path, model: str) -> Path:
         [
             sys.executable,
             "-m",
-            "models.convert",
+            "msdet.models.convert_pytorch",
             "--model",
             model,
             "--src",
@@ -145,7 +145,7 @@ def test_a_converted_checkpoint_predicts_named_coco_classes_with_only_ckpt(tmp_p
     """README's "From PyTorch": ``predict.py ckpt=yolox_tiny.ckpt source=image.jpg``. The
     network (a tiny, not the default nano), its 80 COCO class names and ids and its input
     size come from the checkpoint; no training set is built (the data cache stays empty)."""
-    from models.description import COCO_CATEGORY_IDS, COCO_NAMES
+    from msdet.models.description import COCO_CATEGORY_IDS, COCO_NAMES
 
     ckpt = _convert(tmp_path, "yolox_tiny")
     _, images = tiny_val_split(cache_dir)
@@ -190,7 +190,7 @@ def test_a_checkpoint_without_description_still_loads_with_todays_flags(tmp_path
     are numbered, and the log says how to name them."""
     import mindspore as ms
 
-    from models.description import DESCRIPTION_KEY
+    from msdet.models.description import DESCRIPTION_KEY
 
     ckpt = _convert(tmp_path, "yolox_tiny")
     params = ms.load_checkpoint(str(ckpt))

@@ -11,7 +11,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.yolox import build_model, load_model_config
+from msdet.models.yolox import build_model, load_model_config
 from tests.e2e.tiny_run import run_entry
 
 pytestmark = pytest.mark.slow

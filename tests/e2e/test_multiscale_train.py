@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.multiscale import scheduled_size
-from ops.cpu_kernels import default_cache_dir
+from msdet.engine.training.multiscale import scheduled_size
+from msdet.ops.cpu_kernels import default_cache_dir
 from tests.e2e.tiny_run import run_entry
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from data.synthetic import categories_for, render_image
-from models.description import DESCRIPTION_KEY, describe
-from models.yolox import build_model, load_model_config
+from msdet.data.synthetic import categories_for, render_image
+from msdet.models.description import DESCRIPTION_KEY, describe
+from msdet.models.yolox import build_model, load_model_config
 from tests.data.test_media import write_video
 from tests.e2e.tiny_run import ROOT, run_entry
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 API_SESSION = """
 import json, sys
 import cv2
-from engine.predictor import Predictor
+from msdet.engine.inference.predictor import Predictor
 assert "mindspore" not in sys.modules  # Predictor.load sets the process up first
 ckpt, image, video = sys.argv[1:4]
 predictor = Predictor.load(ckpt, device="CPU")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support import ROOT
 
 # Small enough for ~30 s per run on 2 cores (most of it graph compilation).
 TINY = [
@@ -42,7 +42,7 @@ def tiny_val_split(cache_dir, *overrides: str) -> tuple[Path, Path]:
     the ``data.*`` ones among ``overrides`` (a run's own, e.g. a larger set)."""
     from hydra import compose, initialize_config_dir
 
-    from data.build import build_sources
+    from msdet.data.build import build_sources
 
     data_overrides = [o for o in (*TINY, *overrides) if o.startswith("data.")]
     with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
@@ -71,6 +71,6 @@ def run_entry(
 
 def read_results(run_dir) -> list[dict[str, float]]:
     """results.csv as the run record's rows (``engine.run_record``)."""
-    from engine.run_record import read_results as read
+    from msdet.engine.training.run_record import read_results as read
 
     return read(str(run_dir))

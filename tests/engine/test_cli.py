@@ -10,9 +10,8 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from engine.cli import prepare_config, user_errors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from msdet.engine.cli import prepare_config, user_errors
+from tests.support import ROOT
 
 
 def composed(*overrides: str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.description import Description, contradictions
+from msdet.models.description import Description, contradictions
 
 
 def _description() -> Description:

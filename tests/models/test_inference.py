@@ -6,20 +6,19 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.inference import (
+from msdet.engine.inference.export import (
     ExportError,
-    InferenceNet,
-    build_nms,
     export_network,
-    load_detector,
     max_abs_diff,
     run_cell,
     sample_images,
     verify_mindir,
     verify_onnx,
 )
-from models.yolox import build_model, load_model_config
-from ops.nms import BatchedNMS, postprocess_numpy
+from msdet.models.inference import InferenceNet, build_nms
+from msdet.models.weights import load_detector
+from msdet.models.yolox import build_model, load_model_config
+from msdet.ops.nms import BatchedNMS, postprocess_numpy
 
 IMG = (128, 160)  # small, and not square: catches h/w mix-ups
 NUM_CLASSES = 3

@@ -6,7 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.loss import YOLOXLoss
+from msdet.models.loss import YOLOXLoss
 from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
 from tests.torch_reference import require_yolox
 
@@ -198,7 +198,7 @@ def test_overflowing_box_logits_at_background_anchors_keep_loss_and_gradients_fi
 def test_a_batch_trimmed_to_its_target_bucket_has_the_same_loss_and_gradient(counts):
     """data.target_buckets drops padding rows only: every loss term, the foreground count
     and the gradient of the head's outputs are those of the fully padded batch."""
-    from data.buckets import TrimToBucket
+    from msdet.data.buckets import TrimToBucket
 
     rng = np.random.default_rng(7)
     grids, strides = anchor_grid(IMG)

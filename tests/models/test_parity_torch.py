@@ -18,11 +18,11 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.convert import convert_state_dict, mindspore_name
-from models.reference import build_torch_yolox, calibrate
-from models.yolox import build_model, load_model_config
-from porting.forward import compare_modules
-from porting.report import first_failure, format_table
+from msdet.models.convert_pytorch import convert_state_dict, mindspore_name
+from msdet.models.yolox import build_model, load_model_config
+from msdet.porting.forward import compare_modules
+from msdet.porting.reference import build_torch_yolox, calibrate
+from msdet.porting.report import first_failure, format_table
 from tests.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch

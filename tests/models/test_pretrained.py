@@ -6,10 +6,10 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.checkpoint import CheckpointError
-from models.head import prior_bias
-from models.pretrained import load_pretrained
-from models.yolox import build_model, load_model_config
+from msdet.models.head import prior_bias
+from msdet.models.pretrained import load_pretrained
+from msdet.models.weights import CheckpointError
+from msdet.models.yolox import build_model, load_model_config
 
 NANO = load_model_config("yolox_nano")
 CLS = [f"head.cls_preds.{k}.{leaf}" for k in range(3) for leaf in ("weight", "bias")]
@@ -60,7 +60,7 @@ def test_other_class_count_loads_all_but_class_head_which_stays_fresh(coco80):
 
 
 def test_ema_of_the_new_run_starts_from_the_loaded_weights(coco80):
-    from engine.train_step import ModelEMA
+    from msdet.engine.training.ema import ModelEMA
 
     path, _, ema = coco80
     net = build_model(NANO, 3)
@@ -115,7 +115,7 @@ def test_pytorch_pth_of_80_classes_loads_directly(tmp_path):
     torch = require_torch()
 
     require_yolox()
-    from models.reference import build_torch_yolox
+    from msdet.porting.reference import build_torch_yolox
 
     model = build_torch_yolox(NANO, 80)
     src = tmp_path / "yolox_nano.pth"

@@ -7,7 +7,6 @@ payload's side effect is absent, not only that loading failed.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import subprocess
 import sys
@@ -16,16 +15,12 @@ import zipfile
 import numpy as np
 import pytest
 
-from models.convert import ConversionError, load_torch_checkpoint, main
-from models.torch_pickle import (
-    TorchCheckpointError,
-    UnsafeCheckpointError,
-    load_torch_file,
-)
-from models.yolox import load_model_config, model_names
+from msdet.models.convert_pytorch import ConversionError, load_torch_checkpoint, main
+from msdet.models.torch_pickle import TorchCheckpointError, UnsafeCheckpointError, load_torch_file
+from msdet.models.yolox import load_model_config, model_names
+from tests.support import ROOT
 from tests.torch_reference import require_torch, require_yolox
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIG = {"yolox_m", "yolox_l", "yolox_x"}
 
 
@@ -72,7 +67,7 @@ def _assert_same(ours, theirs):
 def test_reference_weights_read_bit_identical_to_torch_load(tmp_path, model):
     require_yolox()
     torch = _torch()
-    from models.reference import build_torch_yolox
+    from msdet.porting.reference import build_torch_yolox
 
     state = build_torch_yolox(load_model_config(model), 80).state_dict()
     src = tmp_path / f"{model}.pth"
@@ -190,8 +185,8 @@ def test_cli_without_torch_equals_conversion_read_by_torch(tmp_path):
     torch = _torch()
     import mindspore as ms
 
-    from models.convert import convert_to_network
-    from models.reference import build_torch_yolox, calibrate
+    from msdet.models.convert_pytorch import convert_to_network
+    from msdet.porting.reference import build_torch_yolox, calibrate
 
     model = calibrate(build_torch_yolox(load_model_config("yolox_nano"), 80), img_size=64)
     src, dst = tmp_path / "nano.pth", tmp_path / "nano.ckpt"
@@ -200,7 +195,7 @@ def test_cli_without_torch_equals_conversion_read_by_torch(tmp_path):
     blocked = (
         "import sys; sys.modules['torch'] = None; import runpy; "
         "sys.argv = ['convert', '--model', 'yolox_nano', '--src', sys.argv[1], "
-        "'--dst', sys.argv[2]]; runpy.run_module('models.convert', run_name='__main__')"
+        "'--dst', sys.argv[2]]; runpy.run_module('msdet.models.convert_pytorch', run_name='__main__')"
     )
     proc = subprocess.run(
         [sys.executable, "-c", blocked, str(src), str(dst)],

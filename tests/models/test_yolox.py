@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from models.backbone import Darknet53
-from models.head import make_grid, prior_bias
-from models.layers import BN_EPS, BN_MOMENTUM, BaseConv, Focus, ResLayer, SPPBottleneck
-from models.neck import YOLOFPN
-from models.yolox import architecture, build_model, load_model_config, model_names
-from ops.boxes import decode_boxes
+from msdet.models.backbone import Darknet53
+from msdet.models.head import make_grid, prior_bias
+from msdet.models.layers import BN_EPS, BN_MOMENTUM, BaseConv, Focus, ResLayer, SPPBottleneck
+from msdet.models.neck import YOLOFPN
+from msdet.models.yolox import architecture, build_model, load_model_config, model_names
+from msdet.ops.boxes import decode_boxes
 
 # Parameter counts of the PyTorch original at 80 classes (trainable parameters).
 ORIGINAL_PARAMS = {

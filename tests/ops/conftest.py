@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ops.cpu_kernels import build_kernel_library
+from msdet.ops.cpu_kernels import build_kernel_library
 
 
 @pytest.fixture(scope="session")

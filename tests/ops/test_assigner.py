@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from mindspore import ops
 
-from ops import assigner
-from ops.assigner import LOG_CLAMP, TINY, _clamped_log
+from msdet.ops import assigner
+from msdet.ops.assigner import LOG_CLAMP, TINY, _clamped_log
 
 
 def test_clamped_log_is_torchs_clamp_at_0_and_1_and_in_between():

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from models.layers import BN_EPS, BN_MOMENTUM, BaseConv
-from ops import cpu_kernels
-from ops.batchnorm_silu import BatchNormSiLU
-from ops.cpu_kernels import set_kernel_threads
+from msdet.models.layers import BN_EPS, BN_MOMENTUM, BaseConv
+from msdet.ops import cpu_kernels
+from msdet.ops.batchnorm_silu import BatchNormSiLU
+from msdet.ops.cpu_kernels import set_kernel_threads
 from tests.modes import execution_mode
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from ops.bce import BCEWithLogits, ClassBCE
+from msdet.ops.bce import BCEWithLogits, ClassBCE
 from tests.loss_cases import loss_with_and_without
 from tests.modes import execution_mode
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ops import cpu_kernels
-from ops.cpu_kernels import build_kernel_library, set_kernel_threads
+from msdet.ops import cpu_kernels
+from msdet.ops.cpu_kernels import build_kernel_library, set_kernel_threads
 
 
 def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
@@ -29,9 +29,9 @@ def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
 
 def test_missing_compiler_falls_back_with_one_log_line(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+    with caplog.at_level(logging.INFO, logger="msdet.ops.cpu_kernels"):
         assert build_kernel_library(str(tmp_path)) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "ops.cpu_kernels"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "msdet.ops.cpu_kernels"]
     assert len(lines) == 1 and "no C++ compiler" in lines[0] and "MindSpore" in lines[0]
     assert os.listdir(tmp_path) == []
 
@@ -44,7 +44,7 @@ def test_broken_compiler_falls_back(tmp_path, monkeypatch, caplog):
     fake.chmod(0o755)
     monkeypatch.setenv("CXX", str(fake))
     cache = tmp_path / "cache"
-    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+    with caplog.at_level(logging.INFO, logger="msdet.ops.cpu_kernels"):
         assert build_kernel_library(str(cache)) is None
     assert any("boom" in r.getMessage() for r in caplog.records)
     assert os.listdir(cache) == []  # no half-written library left behind
@@ -83,7 +83,7 @@ def test_extra_flags_reach_the_compiler_and_the_cache_key(tmp_path, monkeypatch)
 def test_unwritable_cache_falls_back(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    with caplog.at_level(logging.INFO, logger="ops.cpu_kernels"):
+    with caplog.at_level(logging.INFO, logger="msdet.ops.cpu_kernels"):
         assert build_kernel_library(str(blocker / "kernels")) is None
     assert any("using MindSpore's" in r.getMessage() for r in caplog.records)
 

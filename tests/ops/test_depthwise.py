@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from ops import cpu_kernels
-from ops.depthwise import DepthwiseConv2d
-from ops.pointwise_conv import PointwiseConv2d
+from msdet.ops import cpu_kernels
+from msdet.ops.depthwise import DepthwiseConv2d
+from msdet.ops.pointwise_conv import PointwiseConv2d
 from tests.modes import execution_mode
 
 
@@ -124,7 +124,7 @@ def test_unsupported_stride_and_kernel_size_are_refused(library):
 
 
 def test_models_use_the_kernel_only_when_enabled(library):
-    from models.layers import DWConv
+    from msdet.models.layers import DWConv
 
     previous = cpu_kernels.custom_kernel_library()
     try:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mindspore import Parameter, nn
 
-from engine.train_step import ModelEMA
-from ops import cpu_kernels
+from msdet.engine.training.ema import ModelEMA
+from msdet.ops import cpu_kernels
 from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), ())

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from models.backbone import CSPDarknet
-from models.layers import Focus
-from ops import cpu_kernels
-from ops.focus_conv import focus_conv_op, space_to_depth_weight
+from msdet.models.backbone import CSPDarknet
+from msdet.models.layers import Focus
+from msdet.ops import cpu_kernels
+from msdet.ops.focus_conv import focus_conv_op, space_to_depth_weight
 from tests.modes import execution_mode
 
 

@@ -7,8 +7,8 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from ops.assigner import SimOTAAssigner
-from ops.nms import BatchedNMS
+from msdet.ops.assigner import SimOTAAssigner
+from msdet.ops.nms import BatchedNMS
 from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
 from tests.ops.test_nms import random_predictions
 

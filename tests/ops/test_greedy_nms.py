@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from ops.nms import BatchedNMS, greedy_nms_op, postprocess_numpy, suppress
+from msdet.ops.nms import BatchedNMS, greedy_nms_op, postprocess_numpy, suppress
 from tests.ops.test_nms import random_predictions, run
 
 pytestmark = pytest.mark.usefixtures("graph_mode")

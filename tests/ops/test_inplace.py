@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support import ROOT
 
 # A fresh process: MindSpore's PyNative executor remembers the first custom operator it
 # runs, so what ran earlier in the test process would decide the outcome.
@@ -19,8 +19,8 @@ SCRIPT = textwrap.dedent(
     import mindspore as ms
     import numpy as np
     from mindspore import nn
-    from ops.ema import flat_ema_op
-    from ops.upsample import upsample2x_op
+    from msdet.ops.ema import flat_ema_op
+    from msdet.ops.upsample import upsample2x_op
 
     ms.set_context(mode=getattr(ms, sys.argv[2]))
     library = sys.argv[1]

@@ -6,13 +6,13 @@ from collections import Counter
 
 import numpy as np
 
-from ops import kernel_benchmarks as bench
-from ops.kernel_benchmarks import SGD_VECTORS, SGD_WEIGHTS
+from msdet.ops import kernel_benchmarks as bench
+from msdet.ops.kernel_benchmarks import SGD_VECTORS, SGD_WEIGHTS
 
 
 def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
-    from engine.optim import split_decay_params
-    from models.yolox import build_model, load_model_config
+    from msdet.engine.training.optim import split_decay_params
+    from msdet.models.yolox import build_model, load_model_config
 
     decay, no_decay = split_decay_params(build_model(load_model_config("yolox_nano"), 80))
     assert Counter(tuple(p.shape) for p in decay) == dict(SGD_WEIGHTS)
@@ -37,7 +37,7 @@ def test_the_inputs_are_at_the_training_steps_shapes():
 
 
 def test_the_focus_benchmark_has_yolox_nanos_stem():
-    from models.yolox import build_model, load_model_config
+    from msdet.models.yolox import build_model, load_model_config
 
     stem = build_model(load_model_config("yolox_nano"), 80).backbone.backbone.stem
     channels, width, _ = bench.FOCUS
@@ -47,7 +47,7 @@ def test_the_focus_benchmark_has_yolox_nanos_stem():
 def test_the_pointwise_benchmark_has_yolox_nanos_commonest_1x1_convolutions():
     from mindspore import nn
 
-    from models.yolox import build_model, load_model_config
+    from msdet.models.yolox import build_model, load_model_config
 
     model = build_model(load_model_config("yolox_nano"), 80)
     found = Counter(

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from ops import kernel_choice
-from ops.cpu_kernels import KERNELS
-from ops.kernel_choice import DECISIONS, cached_choice, choice_path, decide, describe
+from msdet.ops import kernel_choice
+from msdet.ops.cpu_kernels import KERNELS
+from msdet.ops.kernel_choice import DECISIONS, cached_choice, choice_path, decide, describe
 
 
 def choose(name, median_ms):

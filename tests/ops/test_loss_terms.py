@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from ops.loss_terms import TERMS, LossTerms
+from msdet.ops.loss_terms import TERMS, LossTerms
 from tests.loss_cases import anchor_grid, loss_with_and_without, random_raw_outputs
 from tests.modes import execution_mode
 

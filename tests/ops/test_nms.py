@@ -6,7 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms, postprocess_numpy
+from msdet.ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms, postprocess_numpy
 
 pytestmark = pytest.mark.usefixtures("graph_mode")
 
@@ -213,8 +213,8 @@ def yolox_outputs() -> np.ndarray:
     require_yolox()
     import torch
 
-    from models.reference import build_torch_yolox, calibrate
-    from models.yolox import load_model_config
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox, calibrate
 
     model = calibrate(build_torch_yolox(load_model_config("yolox_nano"), 80), img_size=256)
     x = np.random.default_rng(0).uniform(0, 255, (2, 3, 256, 256)).astype(np.float32)
@@ -280,7 +280,7 @@ def test_host_nms_equals_the_device_nms_at_80_classes_and_the_full_candidate_cap
     """The Atlas training series runs NMS on the host (its NMSWithMask is float16 only):
     the same detections as NMSWithMask in float32, with 80 classes and all 2,864 candidates
     ``eval.pre_nms_topk`` allows, boxes up to 832 px (class offsets up to 80 x 833 px)."""
-    from ops.nms import HostNMS
+    from msdet.ops.nms import HostNMS
 
     rng = np.random.default_rng(3)
     preds = random_predictions(rng, 2, 3500, 80, size=832.0)

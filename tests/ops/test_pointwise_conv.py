@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from models.layers import CSPLayer, conv2d
-from ops import cpu_kernels
-from ops.pointwise_conv import PointwiseConv2d, pointwise_conv_op
+from msdet.models.layers import CSPLayer, conv2d
+from msdet.ops import cpu_kernels
+from msdet.ops.pointwise_conv import PointwiseConv2d, pointwise_conv_op
 from tests.modes import execution_mode
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mindspore import Parameter, nn, ops
 
-from engine.optim import DecayInKernelSGD
-from ops import cpu_kernels
+from msdet.engine.training.optim import DecayInKernelSGD
+from msdet.ops import cpu_kernels
 from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), (1,))

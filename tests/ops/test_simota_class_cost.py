@@ -1,4 +1,4 @@
-"""ops.assigner's class cost on its compiled operator (kernels/simota_class_cost.cc) against
+"""msdet.ops.assigner's class cost on its compiled operator (kernels/simota_class_cost.cc) against
 MindSpore's operators and a float64 reference: the same costs to float rounding, and the
 same assignment."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 
-from ops.assigner import SimOTAAssigner, simota_class_cost_op
+from msdet.ops.assigner import SimOTAAssigner, simota_class_cost_op
 
 B, A, C, M = 4, 300, 80, 12
 # Saturated logits: probabilities of exactly 1 and of nearly 0, where the clamped logs

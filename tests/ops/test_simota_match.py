@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from ops.assigner import EXCLUDED_COST, TOPK_CANDIDATES, SimOTAAssigner, simota_match_op
+from msdet.ops.assigner import EXCLUDED_COST, TOPK_CANDIDATES, SimOTAAssigner, simota_match_op
 
 B, M, A = 8, 50, 2100  # the training step's shapes: batch 8, 50 slots, 320 px
 

@@ -8,9 +8,9 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from models.loss import YOLOXLoss
-from ops import cpu_kernels
-from ops.assigner import RULES, SimOTAAssigner, simota_pairs_op
+from msdet.models.loss import YOLOXLoss
+from msdet.ops import cpu_kernels
+from msdet.ops.assigner import RULES, SimOTAAssigner, simota_pairs_op
 
 STRIDES = (8, 16, 32)
 SIDE = 64  # input pixels: 8x8 + 4x4 + 2x2 = 84 anchors

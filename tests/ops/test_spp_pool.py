@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from models.backbone import CSPDarknet
-from models.layers import SPPBottleneck
-from ops import cpu_kernels
-from ops.spp_pool import spp_pools_op
+from msdet.models.backbone import CSPDarknet
+from msdet.models.layers import SPPBottleneck
+from msdet.ops import cpu_kernels
+from msdet.ops.spp_pool import spp_pools_op
 
 
 class Pools(nn.Cell):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mindspore import nn, ops
 
-from models.head import YOLOXHead
-from ops import cpu_kernels
-from ops.transpose import swap_last_axes_op
+from msdet.models.head import YOLOXHead
+from msdet.ops import cpu_kernels
+from msdet.ops.transpose import swap_last_axes_op
 
 
 class WeightedSum(nn.Cell):

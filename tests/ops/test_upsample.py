@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from models.layers import Upsample2x
-from models.neck import YOLOPAFPN
-from ops import cpu_kernels
-from ops.upsample import upsample2x, upsample2x_op
+from msdet.models.layers import Upsample2x
+from msdet.models.neck import YOLOPAFPN
+from msdet.ops import cpu_kernels
+from msdet.ops.upsample import upsample2x, upsample2x_op
 
 
 class Up(nn.Cell):

@@ -11,11 +11,11 @@ import cv2
 import numpy as np
 import pytest
 
-from models.reference import INSTALL_HINT, ReferenceMissingError
-from porting import compare, inputs, report
-from porting.forward import major_modules
-from porting.inputs import yolox_preprocess
-from porting.report import ModuleDiff, build_report
+from msdet.porting import compare, inputs, report
+from msdet.porting.forward import major_modules
+from msdet.porting.inputs import yolox_preprocess
+from msdet.porting.reference import INSTALL_HINT, ReferenceMissingError
+from msdet.porting.report import ModuleDiff, build_report
 from tests.torch_reference import require_yolox
 
 SIZE = "64"  # small: the tool's cost is mostly compilation and the float64 reference
@@ -53,8 +53,8 @@ def checkpoint(tmp_path_factory, image):
     require_yolox()
     import torch
 
-    from models.reference import build_torch_yolox, calibrate
-    from models.yolox import load_model_config
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox, calibrate
 
     x = inputs.load_input(image, int(SIZE))
     model = build_torch_yolox(load_model_config("yolox_nano"), 80)
@@ -95,7 +95,7 @@ def test_darknet53_rows_are_its_own_modules(tmp_path, capsys):
     """YOLOX-Darknet53: the rows follow its network (YOLOFPN's four blocks), and a random
     network calibrated on the picture passes in graph mode."""
     require_yolox()
-    from models.neck import YOLOFPN
+    from msdet.models.neck import YOLOFPN
 
     out_json = tmp_path / "darknet53.json"
     code = compare.main(
@@ -182,7 +182,7 @@ def test_missing_reference_names_the_install_command(capsys, monkeypatch):
     def missing():
         raise ReferenceMissingError(f"torch is not installed: {INSTALL_HINT}")
 
-    monkeypatch.setattr("models.reference.import_yolox", missing)
+    monkeypatch.setattr("msdet.porting.reference.import_yolox", missing)
     assert compare.main(["--model", "yolox_nano", "--random-init", "--size", SIZE]) == 2
     assert INSTALL_HINT in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from porting.forward import module_float64, module_row
+from msdet.porting.forward import module_float64, module_row
 from tests.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch

@@ -1,0 +1,236 @@
+"""Inference on real inputs: the :class:`Predictor` API, and predict.py's run over a source.
+
+    from msdet.engine.inference.predictor import Predictor
+
+    predictor = Predictor.load("outputs/.../checkpoints/best.ckpt")  # sets MindSpore up
+    result = predictor.predict("image.jpg")  # or a uint8 BGR array [H, W, 3]
+    result.boxes, result.scores, result.labels, result.names
+
+:func:`predict_source` is predict.py's loop over images, folders, globs, videos and a camera
+(``data.media``), writing into the run folder. Importing this module does not import
+MindSpore: :meth:`Predictor.load` prepares the process first (``engine.runtime``), as the
+entry points do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from msdet.common.config import CONFIG_DIR
+from msdet.data.build import dataset_classes
+from msdet.data.image_io import read_image, to_bgr_uint8
+from msdet.data.transforms import letterbox
+from msdet.data.visualize import draw_boxes
+from msdet.engine.cli import apply_described_size, prepare_config
+from msdet.engine.evaluation.detections import detection_records, detections_in_image
+from msdet.engine.runtime.process import Runtime, setup_runtime
+
+log = logging.getLogger("predict")
+
+
+_process_runtime: Runtime | None = None  # what Predictor.load set up (once per process)
+
+
+@dataclass
+class Detections:
+    """One image's detections in its own pixels, best score first.
+
+    ``boxes`` [n, 4] float32 x1, y1, x2, y2 (clipped to the image), ``scores`` [n],
+    ``labels`` [n] the checkpoint's class indices, ``names`` and ``category_ids`` per
+    detection (the dataset's ids, e.g. COCO's 1..90), ``image_hw`` (height, width).
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+    category_ids: list[int]
+    image_hw: tuple[int, int]
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def records(self) -> list[dict[str, Any]]:
+        """predict.py's records: ``bbox`` [x, y, w, h], ``score``, ``category_id``,
+        ``category_name`` (the format of eval's detections.json, plus the name)."""
+        xywh = np.concatenate((self.boxes[:, :2], self.boxes[:, 2:] - self.boxes[:, :2]), 1)
+        # names and ids are per detection here: detection k is "class" k of the tables.
+        return detection_records(
+            xywh, self.scores, np.arange(len(self)), self.category_ids, self.names
+        )
+
+    def yolo_lines(self, with_score: bool = False) -> list[str]:
+        """YOLO label lines ``class cx cy w h [score]``, box values normalised to 0..1 by
+        the image size, as Ultralytics' ``save_txt`` (``%g``: 6 significant digits)."""
+        h, w = self.image_hw
+        lines = []
+        for (x1, y1, x2, y2), score, label in zip(self.boxes, self.scores, self.labels):
+            values = [(x1 + x2) / 2 / w, (y1 + y2) / 2 / h, (x2 - x1) / w, (y2 - y1) / h]
+            if with_score:
+                values.append(score)
+            lines.append(" ".join([str(int(label))] + [f"{float(v):g}" for v in values]))
+        return lines
+
+
+class Predictor:
+    """A checkpoint ready to detect: :meth:`predict` an image, :meth:`draw` the result.
+
+    ``cfg`` is the composed config (``ckpt``, ``eval`` for NMS and input size, ``predict``
+    for the score threshold); the runtime must be set up already (``host_nms``: its
+    ``Runtime.host_nms``). :meth:`load` does both from a checkpoint path alone.
+
+    The network and its class names come from the checkpoint's description. A checkpoint
+    written before descriptions existed is built from ``cfg.model``; its class names come
+    from a dataset named on the command line (``data=``, ``data.root=``, ``data.classes=``:
+    read from its config or annotation file, never built), else they are numbered.
+    """
+
+    def __init__(self, cfg: Any, host_nms: bool = False, typed: dict[str, str] | None = None):
+        import mindspore as ms
+
+        from msdet.models.inference import InferenceNet, build_nms
+        from msdet.models.weights import load_described_detector
+
+        typed = typed or {}
+        detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
+        apply_described_size(cfg, description, typed)
+        self._ms = ms
+        self.img_size = tuple(int(v) for v in cfg.eval.img_size)
+        self.num_classes = detector.num_classes
+        self.conf = float(cfg.predict.conf)
+        if "eval.conf_thresh" in typed and "predict.conf" not in typed:
+            log.warning(
+                "eval.conf_thresh is eval.py's (mAP); predictions use predict.conf=%g: "
+                "set predict.conf=%s instead",
+                self.conf,
+                typed["eval.conf_thresh"],
+            )
+        self.net = InferenceNet(detector)
+        self.nms = build_nms(cfg.eval, self.num_classes, on_host=host_nms, conf_thresh=self.conf)
+        if description is not None:
+            self.class_names, self.category_ids = description.class_names, description.category_ids
+        else:
+            self.class_names, self.category_ids = self._classes_without_description(cfg, typed)
+        log.info(
+            "%s: %s%s weights, %d classes (%s); score >= %g",
+            cfg.ckpt,
+            description.model["name"] + " " if description else "",
+            "EMA" if used_ema else "raw",
+            self.num_classes,
+            ", ".join(self.class_names[:5]) + (", ..." if self.num_classes > 5 else ""),
+            self.conf,
+        )
+
+    @classmethod
+    def load(
+        cls,
+        ckpt: str,
+        conf: float | None = None,
+        device: str = "auto",
+        overrides: Sequence[str] = (),
+    ) -> Predictor:
+        """A Predictor for ``ckpt`` in a plain Python session: composes ``configs/`` as the
+        entry points do and sets MindSpore up (``runtime.device=device``: auto = Ascend
+        when present, else CPU; once per process, before MindSpore runs anything else).
+
+        ``conf``: the score threshold (default ``predict.conf``, 0.25); ``overrides``:
+        further config overrides as on predict.py's command line (``eval.nms_iou=0.5``,
+        ``eval.img_size=640``, ``model=yolox_s`` for a checkpoint without description).
+        """
+        from hydra import compose, initialize_config_dir
+
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose("config", overrides=list(overrides))
+        prepare_config(cfg)
+        # Set, not composed: a path may hold characters Hydra's override grammar parses.
+        cfg.ckpt, cfg.runtime.device = str(ckpt), device
+        typed = dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
+        if conf is not None:
+            cfg.predict.conf, typed["predict.conf"] = float(conf), str(conf)
+        return cls(cfg, host_nms=_set_up_once(cfg.runtime), typed=typed)
+
+    def predict(self, image: str | os.PathLike | np.ndarray) -> Detections:
+        """Detect in an image file or array (uint8 BGR [H, W, 3], as ``cv2.imread`` gives;
+        grey, 16-bit and BGRA arrays are converted). A file that cannot be read raises
+        ``data.image_io.ImageReadError`` naming it."""
+        if isinstance(image, np.ndarray):
+            img = to_bgr_uint8(image)
+        else:
+            img = read_image(os.fspath(image))
+        boxed, scale = letterbox(img, self.img_size)
+        batch = np.ascontiguousarray(boxed.transpose(2, 0, 1)[None], dtype=np.float32)
+        dets, counts = self.nms(self.net(self._ms.Tensor(batch)))
+        dets, counts = (d.asnumpy() if hasattr(d, "asnumpy") else d for d in (dets, counts))
+        hw = (int(img.shape[0]), int(img.shape[1]))
+        boxes, scores, labels = detections_in_image(dets[0], counts[0], scale, hw)
+        return Detections(
+            boxes=boxes,
+            scores=scores,
+            labels=labels,
+            names=[str(self.class_names[k]) for k in labels],
+            category_ids=[int(self.category_ids[k]) for k in labels],
+            image_hw=hw,
+        )
+
+    def draw(self, img: np.ndarray, detections: Detections) -> np.ndarray:
+        """A copy of ``img`` with the boxes, class names and scores drawn."""
+        return draw_boxes(
+            img, detections.boxes, detections.labels, self.class_names, detections.scores
+        )
+
+    def _classes_without_description(self, cfg: Any, typed: dict) -> tuple[list[str], list[int]]:
+        numbered = [f"class{i}" for i in range(self.num_classes)], list(range(self.num_classes))
+        if not any(k in ("data", "data.root", "data.classes") for k in typed):
+            log.warning(
+                "%s has no description (written before msdet described its checkpoints): "
+                "classes are numbered; name a dataset (data=...) for its class names",
+                cfg.ckpt,
+            )
+            return numbered
+        try:
+            names, ids = dataset_classes(cfg.data)
+        except ValueError as err:
+            log.warning("no class names (%s): classes are numbered", err)
+            return numbered
+        if len(names) != self.num_classes:
+            log.warning(
+                "data=%s has %d classes, the checkpoint %d: classes are numbered",
+                cfg.data.name,
+                len(names),
+                self.num_classes,
+            )
+            return numbered
+        return names, ids
+
+
+def _set_up_once(runtime_cfg: Any) -> bool:
+    """Set the process up by the first :meth:`Predictor.load` (later ones reuse it);
+    returns whether NMS runs on the host (``Runtime.host_nms``)."""
+    global _process_runtime
+    if _process_runtime is None:
+        try:
+            _process_runtime = setup_runtime(runtime_cfg, ".")
+        except RuntimeError as err:
+            if "has been initialized" not in str(err):  # e.g. no such device here
+                raise
+            # MindSpore ran a kernel before: its device is fixed for this process.
+            log.warning(
+                "Predictor.load could not set MindSpore up (%s): it predicts where MindSpore "
+                "already runs; call Predictor.load before other MindSpore work to choose",
+                (str(err).strip().splitlines() or [type(err).__name__])[0],
+            )
+            return False
+    elif runtime_cfg.device not in ("auto", _process_runtime.device):
+        log.warning(
+            "MindSpore runs on %s in this process (set up by the first Predictor.load); "
+            "device=%s is ignored",
+            _process_runtime.device,
+            runtime_cfg.device,
+        )
+    return _process_runtime.host_nms

@@ -1,0 +1,401 @@
+"""The one place that decides device differences: CPU, GPU, Ascend, and data-parallel ranks.
+
+Every choice that depends on the hardware is made here, from the ``runtime`` config group
+and what the machine reports: the concrete device, the AMP level and data sinking it gets,
+the CPU process environment (oneDNN's instruction set, OpenMP's wait policy, operator
+threads, msdet's compiled CPU kernels), the Ascend operator precision mode, how fp16
+overflow is detected (the float-status register), and the collective-communication set-up
+for several ranks. ``engine.runtime.setup_runtime`` applies these decisions in order and
+hands the rest of msdet a :class:`engine.runtime.Runtime`; nothing else asks the hardware.
+
+This module must not import MindSpore at import time: the process environment has to be
+prepared *before* MindSpore loads its CPU kernels (see :func:`configure_process_env`).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("auto", "CPU", "GPU", "Ascend")
+AMP_LEVELS = ("auto", "O0", "O1", "O2", "O3")
+CPU_KERNELS = ("auto", "msdet", "native")
+
+# On AVX-512 AMD CPUs MindSpore's oneDNN picks a reference convolution kernel that is
+# 25-80x slower than its AVX2 JIT kernel; capping the ISA at AVX2 gives identical results.
+ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_ISA_VALUE = "AVX2"
+# ops.cpu_kernels' thread team sleeps between kernels (read by libgomp when it loads)...
+WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
+# ...after a short spin (about 10 microseconds; libgomp's own default without a policy is
+# 300,000 spins, ~3 ms): a barrier inside a kernel, or the next kernel right after, then
+# finds the other thread awake instead of waking it through the kernel (BENCHMARKS.md).
+SPIN_COUNT_VAR, SPIN_COUNT = "GOMP_SPINCOUNT", "1000"
+
+ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
+
+# Ascend operator precision (runtime.precision_mode). "auto" follows the chip profile below;
+# any of CANN's modes can be set explicitly.
+PRECISION_MODES = (
+    "auto",
+    "must_keep_origin_dtype",
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_mix_precision",
+    "force_fp32",
+    "allow_fp32_to_bf16",
+    "allow_mix_precision_fp16",
+    "allow_mix_precision_bf16",
+)
+DEFAULT_PRECISION_MODE = "auto"
+KEEP_DTYPE = "must_keep_origin_dtype"
+# MindSpore's names (mindspore/amp.py, nn/wrap/loss_scale.py) for the SoC features msdet's
+# chip profile is decided from. "classic": the Atlas training series (910A), whose cube unit
+# has no float32 and which reports fp16 overflow only in its float-status register. "hq
+# dtype line": A2 (910B) and later, whose cube computes float32 and which reports overflow
+# in the register only in saturation mode (MS_ASCEND_CHECK_OVERFLOW_MODE).
+SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
+SOC_A2 = "train_hq_dtype_line"
+OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+
+
+@dataclass(frozen=True)
+class ChipProfile:
+    """What msdet does differently on one Ascend chip, decided from MindSpore's own SoC
+    capability queries (:func:`chip_profile`), never from a list of chip names.
+
+    ``precision_mode``: what ``runtime.precision_mode=auto`` sets (None: MindSpore's own
+    default). ``host_nms``: NMS runs on the host, because the chip's ``NMSWithMask`` kernel
+    (the legacy TBE path of chips with RPN instructions) takes float16 only and scales
+    coordinates by 0.054: class offsets of 80 classes x 833 px exceed float16's 65504 and
+    float16's spacing at 2,048 px is 2 px, so suppression would silently differ.
+    """
+
+    soc: str  # MindSpore's name for it (MSContext.get_ascend_soc_version), for reports
+    cube_fp32: bool  # matrix operators (convolution, matmul) compute in float32
+    float_status: bool  # fp16 overflow read from the float-status register
+    precision_mode: str | None
+    host_nms: bool
+
+    def describe(self) -> str:
+        """One log line."""
+        mode = self.precision_mode or "MindSpore's default"
+        return (
+            f"Ascend chip {self.soc}: cube float32 {'yes' if self.cube_fp32 else 'no'}, "
+            f"precision mode {mode}, overflow from the "
+            f"{'float-status register' if self.float_status else 'gradients'}, "
+            f"NMS on the {'host' if self.host_nms else 'device'}"
+        )
+
+
+def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | None) -> ChipProfile:
+    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW` and
+    :data:`SOC_A2` (and the overflow mode set in the environment).
+
+    - A2 and later (``hq_dtype``): keep every operator's dtype, so that AMP alone decides
+      what runs in float16 (MindSpore's own default there); NMS on the device (its
+      ``NMSLargeN`` kernel takes float32).
+    - The Atlas training series (``classic``): its cube has no float32, so keeping float32
+      would fail or fall back to the AI CPU for every convolution of a float32 graph (amp=O0,
+      the evaluation network, the assigner's batched matmul); ``allow_fp32_to_fp16`` runs
+      matrix operators in float16 and keeps vector operators (BatchNorm, the loss) in float32.
+      NMS on the host.
+    - Anything else (an inference chip, a chip MindSpore answers neither for): MindSpore's
+      own precision default, NMS on the host (correct everywhere, slower).
+    """
+    cube_fp32 = bool(hq_dtype)
+    if cube_fp32:
+        precision = KEEP_DTYPE
+    elif classic:
+        precision = "allow_fp32_to_fp16"
+    else:
+        precision = None
+    return ChipProfile(
+        soc=soc or "unknown",
+        cube_fp32=cube_fp32,
+        float_status=float_status_register(bool(classic), bool(hq_dtype), overflow_mode),
+        precision_mode=precision,
+        host_nms=not cube_fp32,
+    )
+
+
+def ascend_chip() -> ChipProfile:
+    """:func:`chip_profile` of the Ascend chip MindSpore runs on (after ``set_device``)."""
+    from mindspore._c_expression import MSContext
+
+    ctx = MSContext.get_instance()
+    return chip_profile(
+        ctx.get_ascend_soc_version(),
+        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
+        ctx.ascend_soc_supports_feature(SOC_A2),
+        os.environ.get(OVERFLOW_MODE_VAR),
+    )
+
+
+def ascend_present() -> bool:
+    """Ascend NPU device files exist on this host (no MindSpore import needed)."""
+    return any(os.path.exists(p) for p in ASCEND_DEVICE_FILES) or bool(
+        glob.glob("/dev/davinci[0-9]*")
+    )
+
+
+def resolve_device(requested: str) -> str:
+    """Turn ``runtime.device`` into a concrete target; ``auto`` prefers Ascend over CPU."""
+    if requested not in DEVICES:
+        raise ValueError(f"runtime.device must be one of {DEVICES}, got {requested!r}")
+    if requested == "auto":
+        return "Ascend" if ascend_present() else "CPU"
+    return requested
+
+
+def resolve_amp(level: str, device: str) -> str:
+    """``auto`` is O2 on Ascend/GPU and O0 on CPU, where fp16 kernels are 2-4x slower."""
+    if level not in AMP_LEVELS:
+        raise ValueError(f"runtime.amp must be one of {AMP_LEVELS}, got {level!r}")
+    if level == "auto":
+        return "O0" if device == "CPU" else "O2"
+    return level
+
+
+def resolve_sink(sink: Any, device: str) -> bool:
+    """``auto`` sinks on Ascend only; an explicit bool is kept (CPU falls back silently)."""
+    if sink == "auto":
+        return device == "Ascend"
+    return bool(sink)
+
+
+def configure_process_env(device: str) -> dict[str, str]:
+    """Set the environment variables MindSpore reads when it loads, for ``device``.
+
+    On CPU, cap oneDNN at AVX2 and make OpenMP threads sleep between msdet's kernels
+    after a short spin (``ops.cpu_kernels``; threads spinning for long would take the cores
+    MindSpore's next operator needs), each unless the user already chose a value (a user's
+    ``OMP_WAIT_POLICY`` keeps libgomp's spin count for that policy). Returns the variables
+    this call set (for logging and tests).
+    """
+    changed: dict[str, str] = {}
+    if device == "CPU":
+        wanted = [(ONEDNN_ISA_VAR, ONEDNN_ISA_VALUE)]
+        if WAIT_POLICY_VAR not in os.environ:
+            wanted += [(WAIT_POLICY_VAR, WAIT_POLICY), (SPIN_COUNT_VAR, SPIN_COUNT)]
+        for key, value in wanted:
+            if key not in os.environ:
+                os.environ[key] = changed[key] = value
+    return changed
+
+
+def check_launcher(distributed: bool) -> None:
+    """Refuse a single-process set-up under msrun: without ``init()`` every worker (and the
+    scheduler) would train alone and all would write into the same run folder."""
+    role = os.environ.get("MS_ROLE")
+    if role and not distributed:
+        raise ValueError(
+            f"launched by msrun (MS_ROLE={role}) but runtime.distributed=false: "
+            "use scripts/run_distributed_train.sh, which sets runtime.distributed=true"
+        )
+
+
+def device_id(device: str) -> int:
+    """The card this process drives (``DEVICE_ID``, set per rank by the launchers)."""
+    return int(os.environ.get("DEVICE_ID", "0")) if device != "CPU" else 0
+
+
+def cpu_threads(requested: Any) -> int | None:
+    """CPU operator threads: ``runtime.threads`` when set (at most the cores this process
+    may use), else, when several ranks share this host, an equal share of its cores (each
+    rank would otherwise start a thread per core); None leaves MindSpore's default."""
+    from msdet.common.host import available_cores, ranks_on_this_host
+
+    cores = available_cores()
+    if requested:
+        if int(requested) > cores:
+            log.info(
+                "runtime.threads=%d: this process may use %d cores; using %d",
+                int(requested),
+                cores,
+                cores,
+            )
+        return max(1, min(int(requested), cores))
+    local = ranks_on_this_host(1)  # the launcher's count; 1 outside a launcher
+    return max(1, cores // local) if local > 1 else None
+
+
+def setup_cpu_kernels(
+    choice: str, device: str, amp_level: str = "O0", threads: int | None = None
+) -> tuple[str | None, tuple[str, ...]]:
+    """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
+    convolutions, BatchNorm + SiLU, the Focus stem, 1x1 convolutions, 2x upsampling, SPP's
+    max-pools, the head's transpose, SimOTA's pairwise terms, class cost and matching, the
+    loss's class term and its four terms, greedy NMS, SGD and the EMA over all parameters)
+    where they are faster, on CPU in fp32.
+
+    MindSpore's CPU backend runs these through slow paths (im2col + GEMM, for the stem
+    after a convolution that picks the image's phases; oneDNN held to AVX2 for the 1x1s;
+    seven element-wise operators and a slow BatchNormGrad; a slow Tile and a ReduceSum; a
+    slow MaxPoolGrad; a Transpose that keeps an index per element; some forty small
+    operators per pairwise term; a dozen element-wise operators and a slow ReduceSum over
+    every anchor's classes for the class cost and the class loss; ~60 operators around the
+    head's output for the loss's terms; an NMSWithMask over every candidate slot, valid or
+    not; an SGD per parameter; a Reshape per parameter for the EMA),
+    but whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
+    EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on
+    this CPU at ``threads`` threads (measured once, cached with the library), ``msdet``
+    uses all unmeasured (tests, benchmarks), ``native`` none, and kernel names joined by
+    ``+`` (``depthwise+upsample``) exactly those (ablations). GPU, Ascend, mixed precision
+    (the kernels are float32) and a machine without a working compiler keep MindSpore's
+    operators. Logs the decision in one line.
+    Returns (the kernel library's path or None, the kernels models use).
+    """
+    from msdet.common.host import available_cores
+    from msdet.ops import cpu_kernels
+
+    named = parse_cpu_kernels(choice)
+    cpu_kernels.set_custom_kernel_library(None)
+    if named == () or device != "CPU" or amp_level != "O0":
+        return None, ()
+    threads = threads or available_cores()
+    library = cpu_kernels.build_kernel_library()
+    if library is None:
+        return None, ()
+    if named is not None:
+        kernels = named
+        log.info("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
+    else:
+        import mindspore as ms
+
+        from msdet.ops import kernel_choice
+
+        record = kernel_choice.decide(library, threads, ms.__version__)
+        kernels = tuple(record["kernels"])
+        log.info("%s", kernel_choice.describe(record))
+    if not kernels:
+        return None, ()
+    cpu_kernels.enable(threads, kernels=kernels)
+    return library, kernels
+
+
+def parse_cpu_kernels(choice: str) -> tuple[str, ...] | None:
+    """The kernels ``runtime.cpu_kernels=choice`` names (all of them for ``msdet``, none for
+    ``native``, the listed ones for ``a+b``), or None for ``auto``; a clear error otherwise."""
+    from msdet.ops.cpu_kernels import KERNELS
+
+    choice = str(choice)
+    if choice in CPU_KERNELS:
+        return {"auto": None, "msdet": KERNELS, "native": ()}[choice]
+    names = tuple(choice.split("+"))
+    unknown = [name for name in names if name not in KERNELS]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(
+            f"runtime.cpu_kernels must be one of {CPU_KERNELS} or kernel names joined by '+' "
+            f"(each once, from {KERNELS}), got {choice!r}"
+        )
+    return tuple(name for name in KERNELS if name in names)
+
+
+def check_precision_mode(mode: str) -> str:
+    """``runtime.precision_mode`` checked against ``auto`` and the modes CANN knows."""
+    if mode not in PRECISION_MODES:
+        raise ValueError(f"runtime.precision_mode must be one of {PRECISION_MODES}, got {mode!r}")
+    return mode
+
+
+def resolve_precision_mode(requested: Any, chip: ChipProfile) -> str | None:
+    """The precision mode to set: the chip's for ``auto``, else the requested one (a keep-
+    dtype request on a chip whose cube has no float32 is honoured, with a warning)."""
+    mode = check_precision_mode(str(requested or DEFAULT_PRECISION_MODE))
+    if mode == "auto":
+        return chip.precision_mode
+    if mode == KEEP_DTYPE and not chip.cube_fp32:
+        log.warning(
+            "runtime.precision_mode=%s on %s, whose cube unit has no float32: float32 "
+            "convolutions and matmuls will fail or run on the AI CPU (auto: %s)",
+            mode,
+            chip.soc,
+            chip.precision_mode,
+        )
+    return mode
+
+
+def apply_precision_mode(ms: Any, mode: str | None) -> None:
+    """Set the Ascend operator precision mode (None: leave MindSpore's default)."""
+    if mode is not None:
+        ms.device_context.ascend.op_precision.precision_mode(mode)
+
+
+def precision_mode_in_effect() -> str:
+    """The Ascend operator precision mode MindSpore will hand CANN (for reports)."""
+    from mindspore._c_expression import AscendOpPrecisionConf
+
+    return AscendOpPrecisionConf.get_instance().precision_mode()
+
+
+def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:
+    """Whether overflow must be read from the float-status register (as MindSpore's own
+    loss-scale cell decides): always on the Atlas training series, on A2 only in
+    saturation mode; elsewhere inf/NaN reach the gradients and ``all_finite`` sees them."""
+    return classic_soc or (a2_soc and overflow_mode == "SATURATION_MODE")
+
+
+def float_status_ops() -> tuple:
+    """(clear, get) primitives of the Ascend float-status register, for
+    ``engine.train_step.TrainStep(float_status=...)``; only where ``Runtime.float_status``."""
+    from mindspore.ops.operations.math_ops import NPUClearFloatStatusV2, NPUGetFloatStatusV2
+
+    return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
+
+
+def init_distributed(ms: Any, device: str) -> tuple[int, int]:
+    """Initialise collectives (HCCL on Ascend, NCCL on GPU, mccl on CPU) for data parallel.
+
+    Must run under a launcher (msrun, or a rank table on Ascend); MindSpore's own error
+    is replaced by one that names the launch scripts. Ranks other than 0 stop writing the
+    run folder's log file (their console output is the launcher's per-rank log).
+    """
+    from mindspore.communication import get_group_size, get_rank, init
+
+    try:
+        init()
+    except RuntimeError as err:
+        raise RuntimeError(
+            "runtime.distributed=true needs a launcher: use "
+            "scripts/run_distributed_train.sh NUM_CARDS (msrun) or set RANK_TABLE_FILE. "
+            f"MindSpore said: {err}"
+        ) from err
+    rank, world = get_rank(), get_group_size()
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(
+        parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+        gradients_mean=True,
+        device_num=world,
+    )
+    if rank != 0:
+        close_file_logs()
+    log.info("data parallel: rank %d of %d (pid %d, %s)", rank, world, os.getpid(), device)
+    return rank, world
+
+
+def close_file_logs() -> None:
+    """Detach the root logger's file handlers (Hydra's <run dir>/<job>.log): rank 0 owns it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+            handler.close()
+
+
+def resolve_sync_bn(requested: bool, device: str, world: int) -> bool:
+    """SyncBatchNorm only where MindSpore has it (Ascend) and only when there are ranks."""
+    if not requested:
+        return False
+    if device != "Ascend":
+        log.warning("runtime.sync_bn is only supported on Ascend; using per-rank BatchNorm")
+        return False
+    if world < 2:
+        log.info("runtime.sync_bn: a single rank has nothing to sync; using BatchNorm")
+        return False
+    return True

@@ -1,0 +1,167 @@
+"""Set up the process for where it runs, and tell the rest of msdet about it.
+
+:func:`setup_runtime` applies, in order, the decisions of ``engine.device`` (device, AMP,
+sinking, CPU environment and kernels, Ascend precision and overflow detection, ranks) and
+the compile settings of ``engine.compiler`` (jit level, fusion, compile cache, IR dumps),
+and returns a :class:`Runtime`: everything else asks it, never the hardware. Call it
+before building any network. Importing this module does not import MindSpore.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from msdet.engine.runtime import compiler
+from msdet.engine.runtime import device as dev
+
+log = logging.getLogger(__name__)
+
+MODES = ("graph", "pynative")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the rest of msdet needs to know about where it runs."""
+
+    device: str  # "CPU" | "GPU" | "Ascend"
+    mode: str  # "graph" | "pynative"
+    amp_level: str  # "O0" .. "O3", resolved from "auto"
+    sink: bool  # dataset sink mode requested (real only on Ascend/GPU)
+    sink_size: int
+    loss_scale: float = 1.0  # initial (dynamic) or fixed loss scale when amp_level != O0
+    rank: int = 0
+    world_size: int = 1
+    device_id: int = 0
+    run_dir: str = "."
+    sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
+    float_status: bool = False  # overflow read from the device's float-status register
+    precision_mode: str | None = None  # Ascend operator precision mode set at start-up
+    chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
+    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask is float16-only
+    cpu_kernels: str | None = None  # msdet's compiled CPU kernel library models use, or None
+    kernel_names: tuple[str, ...] = ()  # the kernels models run on it (ops.cpu_kernels.KERNELS)
+
+    @property
+    def is_main(self) -> bool:
+        """True on the process that writes logs, checkpoints and metrics."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def sink_effective(self) -> bool:
+        """Whether MindSpore will really sink data (it silently falls back on CPU)."""
+        return self.sink and self.device != "CPU"
+
+    @property
+    def uses_dynamic_loss_scale(self) -> bool:
+        """Dynamic loss scaling (overflowed steps skipped) whenever fp16 is in play.
+
+        MindSpore's Model-level DynamicLossScaleManager is refused on CPU, but msdet's own
+        training step (a finite check on the gradients + a skipped update, see
+        :attr:`finite_check`) runs on every device, so the Ascend code path is the one
+        exercised on CPU too.
+        """
+        return self.amp_level != "O0"
+
+    @property
+    def finite_check(self) -> str:
+        """How the training step checks its gradients for NaN/Inf (``TrainStep``): on
+        Ascend ``ms.amp.all_finite``, one ``AllFinite`` operator over all gradients; on CPU
+        and GPU, where that function runs four operators per gradient, one check over the
+        gradients concatenated."""
+        return "mindspore" if self.device == "Ascend" else "flat"
+
+    @property
+    def kernel_key(self) -> str | None:
+        """The kernel library and the kernels in use: both change the compiled graphs."""
+        if self.cpu_kernels is None:
+            return None
+        return f"{self.cpu_kernels}:{','.join(self.kernel_names)}"
+
+
+def setup_runtime(cfg: Any, run_dir: str = ".", cpu_kernels: str | None = None) -> Runtime:
+    """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
+
+    ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
+    threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
+    compile_cache, precision_mode).
+    ``cpu_kernels`` overrides ``cfg.cpu_kernels`` (export.py: native operators only).
+    ``cfg.compile_cache`` is the trainer's to apply: its key needs the data's class count.
+    """
+    device = dev.resolve_device(cfg.device)
+    if cfg.mode not in MODES:
+        raise ValueError(f"runtime.mode must be one of {MODES}, got {cfg.mode!r}")
+    dev.check_launcher(bool(cfg.distributed))
+    changed = dev.configure_process_env(device)
+    graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
+    compiler.configure_graph_dumps(
+        os.path.join(run_dir, "graphs") if graphs_level else None, graphs_level
+    )
+    jit_level, fusion_flags = compiler.configure_fusion(
+        cfg.get("fusion", "off"), cfg.jit_level, device
+    )
+
+    import mindspore as ms  # after the environment is prepared
+
+    card = dev.device_id(device)
+    ms.set_device(device, card)
+    context: dict[str, Any] = {"mode": ms.GRAPH_MODE if cfg.mode == "graph" else ms.PYNATIVE_MODE}
+    if jit_level:
+        context["jit_config"] = {"jit_level": jit_level}
+    ms.set_context(**context)
+    if cfg.deterministic:
+        ms.set_deterministic(True)
+    threads = dev.cpu_threads(cfg.threads) if device == "CPU" else None
+    if threads:
+        ms.device_context.cpu.op_tuning.threads_num(threads)
+
+    rank, world = 0, 1
+    if cfg.distributed:
+        rank, world = dev.init_distributed(ms, device)
+    sync_bn = dev.resolve_sync_bn(bool(cfg.get("sync_bn", False)), device, world)
+    chip = dev.ascend_chip() if device == "Ascend" else None
+    precision = None
+    if chip is not None:
+        precision = dev.resolve_precision_mode(cfg.get("precision_mode"), chip)
+        dev.apply_precision_mode(ms, precision)
+        log.info("%s", chip.describe())
+    # Every rank gets the same seed: identical initial weights are what data parallelism
+    # assumes; per-rank data order comes from sharding, not from the seed.
+    ms.set_seed(int(cfg.seed))
+    amp_level = dev.resolve_amp(cfg.amp, device)
+    library, kernel_names = dev.setup_cpu_kernels(
+        cpu_kernels or str(cfg.get("cpu_kernels", "auto")), device, amp_level, threads
+    )
+
+    rt = Runtime(
+        device=device,
+        mode=cfg.mode,
+        amp_level=amp_level,
+        sink=dev.resolve_sink(cfg.sink, device),
+        sink_size=int(cfg.sink_size),
+        loss_scale=float(cfg.loss_scale),
+        rank=rank,
+        world_size=world,
+        device_id=card,
+        run_dir=run_dir,
+        sync_bn=sync_bn,
+        float_status=chip is not None and chip.float_status,
+        precision_mode=precision,
+        chip=chip.soc if chip else None,
+        host_nms=chip is not None and chip.host_nms,
+        cpu_kernels=library,
+        kernel_names=kernel_names,
+    )
+    if changed.get(dev.ONEDNN_ISA_VAR):
+        log.info(
+            "CPU: %s=%s set for fast oneDNN convolutions", dev.ONEDNN_ISA_VAR, dev.ONEDNN_ISA_VALUE
+        )
+    if fusion_flags:
+        log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)
+    return rt

@@ -1,0 +1,321 @@
+"""The self-test's checks, one function per path msdet takes on a device: each runs it
+there and compares it with the CPU reference (:mod:`.cases`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from msdet.common.config import ROOT
+from msdet.engine.tools.selftest.cases import (
+    NMS_CANDIDATES,
+    NMS_CLASSES,
+    TOL_FP16,
+    TOL_FP32,
+    Check,
+    compare,
+    compose_config,
+    nano,
+    one_step,
+    relative_error,
+    skipped,
+    timed,
+    train_step_cell,
+)
+
+# ---- the checks on the device ---------------------------------------------------------------
+
+
+def check_chip(rt: Any) -> Check:
+    """The chip profile and the precision mode in effect; on CPU, the profiles of the chips
+    msdet knows, simulated from MindSpore's capability answers for them."""
+    from msdet.engine.runtime.device import chip_profile
+
+    if rt.device != "Ascend":
+        expected = {  # (classic, A2) -> (precision mode, host NMS, float-status register)
+            "ascend910": ((True, False), ("allow_fp32_to_fp16", True, True)),
+            "ascend910b": ((False, True), ("must_keep_origin_dtype", False, False)),
+            "ascend310p": ((False, False), (None, True, False)),
+        }
+        got = {}
+        for soc, (answers, _) in expected.items():
+            p = chip_profile(soc, *answers, None)
+            got[soc] = (p.precision_mode, p.host_nms, p.float_status)
+        ok = all(got[s] == w for s, (_, w) in expected.items())
+        return Check(
+            "chip profile (simulated)",
+            "passed" if ok else "failed",
+            {"profiles": {s: list(v) for s, v in got.items()}},
+            note="no Ascend here: the real chip's profile needs Ascend",
+        )
+    from msdet.engine.runtime.device import precision_mode_in_effect
+
+    in_effect = precision_mode_in_effect()
+    ok = rt.precision_mode is None or in_effect == rt.precision_mode
+    return Check(
+        "chip profile and precision mode",
+        "passed" if ok else "failed",
+        {
+            "chip": rt.chip,
+            "precision_mode": in_effect,
+            "chosen": rt.precision_mode,
+            "host_nms": rt.host_nms,
+        },
+    )
+
+
+def check_forward(cfg: Any, rt: Any, ref: dict, weights: str, amp: str) -> Check:
+    """YOLOX-nano's inference forward at ``amp`` against the float32 reference."""
+    import mindspore as ms
+
+    from msdet.engine.runtime.amp import mixed_precision
+
+    net = nano(cfg, weights)
+    net.set_train(False)
+    if amp != "O0":
+        net = mixed_precision(net, amp)
+        net.set_train(False)
+    images = ms.Tensor(ref["images"])
+    out, first = timed(lambda: net(images).asnumpy())
+    _, second = timed(lambda: net(images).asnumpy())
+    fp16 = amp != "O0" or (rt.device == "Ascend" and rt.precision_mode != "must_keep_origin_dtype")
+    check = compare(
+        f"forward {amp}",
+        out.astype(np.float32),
+        ref[f"forward_{amp}"],
+        TOL_FP16 if fp16 else TOL_FP32,
+        compile_s=round(first - second, 2),
+        step_s=round(second, 4),
+    )
+    check.seconds = first + second
+    return check
+
+
+def check_train_step(step: Any, rt: Any, ref: dict) -> Check:
+    """msdet's training step once at the run's AMP level, from the reference weights: loss
+    terms and the size of the update (the gradients, through SGD) against the host's."""
+    import mindspore as ms
+
+    # Scale 1: the dynamic scale's first 1024 overflows a fresh network's fp16 gradients
+    # (the step is then skipped, correctly, and there is no update to compare).
+    step.scale.set_data(ms.Tensor(1.0, ms.float32))
+    (terms, norm), seconds = timed(lambda: one_step(step, ref))
+    fp16 = rt.amp_level != "O0" or (
+        rt.device == "Ascend" and rt.precision_mode != "must_keep_origin_dtype"
+    )
+    tol = TOL_FP16 if fp16 else TOL_FP32
+    ref_norm = float(ref[f"update_norm_{rt.amp_level}"])
+    loss_err = relative_error(terms, ref[f"loss_terms_{rt.amp_level}"])
+    norm_err = abs(norm - ref_norm) / max(ref_norm, 1e-12)
+    ok = loss_err <= tol and norm_err <= tol
+    return Check(
+        f"training step {rt.amp_level}: losses, update",
+        "passed" if ok else "failed",
+        {
+            "loss_max_rel_error": loss_err,
+            "update_norm_rel_error": norm_err,
+            "loss_terms": terms.tolist(),
+            "reference_loss_terms": ref[f"loss_terms_{rt.amp_level}"].tolist(),
+            "update_norm": norm,
+            "reference_update_norm": ref_norm,
+        },
+        tol,
+        seconds,
+    )
+
+
+def check_overflow(step: Any, rt: Any, ref: dict) -> Check:
+    """An O2 step with a loss scale so large that the fp16 gradients overflow: skipped, the
+    scale halves, no trained weight moves (the LR schedule, the EMA and BatchNorm's running
+    statistics advance, as on every YOLOX iteration); the next step, at scale 1, trains."""
+    import mindspore as ms
+
+    batch = [ms.Tensor(ref[k]) for k in ("images", "targets", "mask")]
+    params = step.optimizer.parameters
+    before = [p.asnumpy().copy() for p in params]
+    step.scale.set_data(ms.Tensor(2.0**100, ms.float32))
+    out, seconds = timed(lambda: step(*batch))
+    skipped_flag, scale = bool(out[8].asnumpy()), float(step.scale.asnumpy())
+    moved = [p.name for p, b in zip(params, before) if not np.array_equal(p.asnumpy(), b)]
+    step.scale.set_data(ms.Tensor(1.0, ms.float32))
+    after = step(*batch)
+    trained = not bool(after[8].asnumpy()) and any(
+        not np.array_equal(p.asnumpy(), b) for p, b in zip(params, before)
+    )
+    ok = skipped_flag and scale == 2.0**99 and not moved and trained
+    return Check(
+        "injected overflow at O2",
+        "passed" if ok else "failed",
+        {
+            "skipped": skipped_flag,
+            "scale_after": scale,
+            "weights_moved": moved[:5],
+            "next_step_trained": trained,
+            "float_status_register": rt.float_status,
+        },
+        seconds=seconds,
+    )
+
+
+def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Check:
+    """``Model.train`` with ``steps`` steps in one sink against the same steps fed one by one:
+    the in-graph statistics (loss sums, steps, skips) and the final weights agree."""
+    if not rt.sink_effective:
+        return skipped(
+            "data sinking (sink_size > 1)",
+            f"needs Ascend: on {rt.device} MindSpore feeds every step from the host",
+        )
+    import mindspore.dataset as ds
+    from mindspore.train import Model
+
+    from msdet.engine.training.step_stats import read_and_reset
+
+    batch = tuple(ref[k] for k in ("images", "targets", "mask"))
+    results = {}
+    for sink in (True, False):
+        step = train_step_cell(cfg, rt, weights, rt.amp_level)
+        data = ds.GeneratorDataset(
+            lambda: (batch for _ in range(steps)), ["images", "targets", "mask"]
+        )
+        (_, seconds) = timed(
+            lambda step=step, data=data, sink=sink: Model(step).train(
+                1, data, dataset_sink_mode=sink, sink_size=steps if sink else -1
+            )
+        )
+        stats = read_and_reset(step.stats)
+        weights_now = np.concatenate([p.asnumpy().ravel() for p in step.trainable_params()])
+        results[sink] = (stats, weights_now, seconds)
+    (sunk, w_sunk, t_sunk), (fed, w_fed, t_fed) = results[True], results[False]
+    sums_err = relative_error(
+        np.array(list(sunk["sums"].values())), np.array(list(fed["sums"].values()))
+    )
+    weights_err = relative_error(w_sunk, w_fed)
+    ok = sunk["steps"] == fed["steps"] == steps and sums_err <= TOL_FP32 and weights_err <= TOL_FP32
+    return Check(
+        "data sinking (sink_size > 1)",
+        "passed" if ok else "failed",
+        {
+            "steps": [sunk["steps"], fed["steps"]],
+            "skipped": [sunk["skipped"], fed["skipped"]],
+            "loss_sums_rel_error": sums_err,
+            "weights_rel_error": weights_err,
+            "sunk_s": round(t_sunk, 2),
+            "fed_s": round(t_fed, 2),
+        },
+        TOL_FP32,
+        t_sunk + t_fed,
+    )
+
+
+def check_nms(rt: Any, ref: dict) -> Check:
+    """NMSWithMask on the device at 80 classes x 2,864 candidates against the host NMS."""
+    import mindspore as ms
+
+    from msdet.ops.nms import BatchedNMS
+
+    nms = BatchedNMS(
+        NMS_CLASSES, conf_thresh=0.0, pre_nms_topk=NMS_CANDIDATES, max_det=NMS_CANDIDATES
+    )
+    preds = ms.Tensor(ref["nms_predictions"])
+    (dets, counts), seconds = timed(lambda: [t.asnumpy() for t in nms(preds)])
+    same_count = counts.tolist() == ref["nms_counts"].tolist()
+    err = relative_error(dets, ref["nms_dets"]) if same_count else float("inf")
+    figures = {
+        "kept": int(counts[0]),
+        "reference_kept": int(ref["nms_counts"][0]),
+        "max_rel_error": err,
+        "candidates": NMS_CANDIDATES,
+        "classes": NMS_CLASSES,
+    }
+    ok = same_count and err <= 1e-6
+    if rt.host_nms:
+        # The chip profile already keeps msdet's NMS off this device: report, don't fail.
+        return Check(
+            "NMSWithMask on the device vs host NMS",
+            "info",
+            figures,
+            1e-6,
+            seconds,
+            "this chip's NMSWithMask is float16 only: msdet runs NMS on the host here "
+            f"({'the device kernel agrees' if ok else 'the device kernel differs, as expected'})",
+        )
+    return Check(
+        "NMSWithMask on the device vs host NMS",
+        "passed" if ok else "failed",
+        figures,
+        1e-6,
+        seconds,
+    )
+
+
+def check_export(cfg: Any, ref: dict, weights: str, work: str) -> Check:
+    """A MINDIR export of the inference network, reloaded and run against the Cell."""
+    from msdet.engine.inference.export import ExportError, export_and_verify
+    from msdet.models.inference import InferenceNet
+
+    net = nano(cfg, weights)
+    net.set_train(False)
+    started = time.perf_counter()
+    try:
+        report = export_and_verify(
+            InferenceNet(net), ref["images"][:1], os.path.join(work, "nano"), "MINDIR"
+        )
+    except ExportError as err:
+        return Check(
+            "MINDIR export, reloaded",
+            "failed",
+            note=str(err),
+            seconds=time.perf_counter() - started,
+        )
+    return Check(
+        "MINDIR export, reloaded",
+        "passed",
+        {
+            "max_abs_diff": report["max_abs_diff"],
+            "file_mb": round(os.path.getsize(report["file"]) / 2**20, 1),
+        },
+        1e-4,
+        time.perf_counter() - started,
+    )
+
+
+def check_distributed(cards: int, rt: Any, work: str) -> Check:
+    """``cards`` ranks through msdet's launcher: an all-reduce and sharded evaluation."""
+    name = f"{cards} ranks: all-reduce, sharded evaluation"
+    if cards < 2:
+        return skipped("collectives (2+ cards)", "needs 2+ Ascend cards: run with --cards N")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_"))}
+    env["TRAIN_ENTRY"] = os.path.join(ROOT, "engine", "selftest_ranks.py")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    run_dir = os.path.join(work, "ranks")
+    device = "runtime=ascend_8p" if rt.device == "Ascend" else "runtime=cpu"
+    from msdet.data.build import build_sources
+    from msdet.engine.tools.selftest.ranks import DATA
+
+    build_sources(compose_config([*DATA]).data)  # generated once here, not by every rank
+    cmd = [
+        "bash",
+        os.path.join(ROOT, "scripts", "run_distributed_train.sh"),
+        str(cards),
+        device,
+        f"hydra.run.dir={run_dir}",
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    seconds = time.perf_counter() - started
+    result = os.path.join(run_dir, "selftest_ranks.json")
+    if done.returncode != 0 or not os.path.isfile(result):
+        return Check(
+            name, "failed", seconds=seconds, note=(done.stderr.strip().splitlines() or ["?"])[-1]
+        )
+    with open(result, encoding="utf-8") as f:
+        figures = json.load(f)
+    ok = figures["allreduce_ok"] and figures["sharded_equals_single"]
+    return Check(name, "passed" if ok else "failed", figures, seconds=seconds)

@@ -1,0 +1,140 @@
+"""Optimizer parameter groups and YOLOX's learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.sgd import flat_sgd_op
+
+
+def split_decay_params(network: nn.Cell) -> tuple[list, list]:
+    """(conv/linear weights, everything else trainable): weight decay applies to the first.
+
+    As YOLOX: BatchNorm weights (gamma) and all biases (conv biases, BN beta) get no decay.
+    """
+    decay, no_decay = [], []
+    for p in network.trainable_params():
+        is_bn = ".bn." in p.name or p.name.endswith((".gamma", ".beta"))
+        if p.name.endswith(".weight") and not is_bn and p.ndim > 1:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return decay, no_decay
+
+
+def yolox_lr_schedule(
+    base_lr: float,
+    steps_per_epoch: int,
+    epochs: int,
+    warmup_epochs: float,
+    no_aug_epochs: int,
+    min_lr_ratio: float = 0.05,
+    warmup_lr: float = 0.0,
+) -> np.ndarray:
+    """Per-step learning rates of YOLOX's ``yoloxwarmcos`` schedule.
+
+    Quadratic warm-up from ``warmup_lr`` over ``warmup_epochs``, cosine down to
+    ``min_lr_ratio * base_lr`` at the start of the no-augmentation epochs, then flat.
+    Step ``i`` uses the rate YOLOX computes for iteration ``i + 1`` (it updates the rate
+    before each step, counting from 1).
+    """
+    total = epochs * steps_per_epoch
+    warm = warmup_epochs * steps_per_epoch
+    no_aug = no_aug_epochs * steps_per_epoch
+    min_lr = base_lr * min_lr_ratio
+    lrs = np.empty(total, dtype=np.float32)
+    for i in range(total):
+        it = i + 1
+        if it <= warm:
+            lr = (base_lr - warmup_lr) * (it / float(warm)) ** 2 + warmup_lr
+        elif it >= total - no_aug:
+            lr = min_lr
+        else:
+            progress = (it - warm) / float(total - warm - no_aug)
+            lr = min_lr + 0.5 * (base_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+        lrs[i] = lr
+    return lrs
+
+
+def scaled_lr(lr_per_img: float, total_batch: int) -> float:
+    """YOLOX scales the learning rate with the total batch: 0.01 per 64 images."""
+    return lr_per_img * total_batch
+
+
+class DecayInKernelSGD(nn.SGD):
+    """``nn.SGD`` whose weight decay runs inside each parameter's ``SGD`` kernel.
+
+    ``nn.SGD`` adds the decay to the gradients first, a ``Mul`` and an ``AddN`` per decayed
+    parameter (~226 operators per YOLOX step), and gives every kernel a decay of 0. The
+    ``SGD`` primitive takes the decay itself (``grad + weight_decay * weight`` before the
+    momentum, on CPU, GPU and Ascend alike), so this subclass hands each parameter's group
+    decay to its kernel and skips the separate pass: the same update in one operator per
+    parameter, with the same Parameters (``accum.*``, ``stat.*``, ``global_step``) as
+    ``nn.SGD``, so checkpoints are unchanged.
+
+    On CPU, where the device module enabled msdet's ``sgd`` kernel (``ops.sgd``), all
+    parameters are updated by one operator instead, with the same arithmetic and the same
+    Parameters.
+    """
+
+    def __init__(self, params, **kwargs):
+        super().__init__(params, **kwargs)
+        decays = getattr(self, "group_weight_decay", None)  # one per parameter, in order
+        if not decays:  # no parameter groups: one decay for all
+            decays = [self.weight_decay] * len(self._parameters)
+        self.opt = tuple(ops.SGD(self.dampening, float(wd), self.nesterov) for wd in decays)
+        self.exec_weight_decay = False  # nn.Optimizer.decay_weight: leave gradients as they are
+        self.flat = None
+        library = custom_kernel_library("sgd")
+        centralized = any(getattr(self, "grad_centralization_flags", ()) or ())
+        if library and not (self.is_group_lr or self.need_scale or centralized):
+            self.flat = flat_sgd_op(library, len(self._parameters))
+            self.flat_settings = tuple(
+                Tensor(np.array([v], np.float32)) for v in (self.dampening, float(self.nesterov))
+            )
+            self.flat_decays = Tensor(np.array(decays, np.float32))
+
+    def construct(self, gradients):
+        if self.flat is None:
+            return super().construct(gradients)
+        lr = self.get_lr()
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        dampening, nesterov = self.flat_settings
+        return self.flat(
+            lr,
+            self.momentum,
+            dampening,
+            nesterov,
+            self.flat_decays,
+            *gradients,
+            *self._parameters,
+            *self.accum,
+            *self.stat,
+        )
+
+
+def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.SGD:
+    """SGD with (Nesterov) momentum; weight decay on conv/linear weights only, applied
+    inside the SGD kernel (:class:`DecayInKernelSGD`).
+
+    ``cfg`` is the ``train`` config group (momentum, nesterov, weight_decay).
+    """
+    decay, no_decay = split_decay_params(network)
+    groups = [
+        {"params": params, "weight_decay": wd}
+        for params, wd in ((decay, float(cfg.weight_decay)), (no_decay, 0.0))
+        if params  # MindSpore rejects an empty group
+    ]
+    lr = list(map(float, lrs)) if isinstance(lrs, np.ndarray) else float(lrs)
+    return DecayInKernelSGD(
+        groups,
+        learning_rate=lr,
+        momentum=float(cfg.momentum),
+        nesterov=bool(cfg.nesterov),
+        weight_decay=0.0,
+    )

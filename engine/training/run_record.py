@@ -1,0 +1,95 @@
+"""The run record: what a training run writes about each epoch, and how it is read back.
+
+``results.csv`` holds one row per completed epoch (:data:`COLUMNS` first, in that order;
+then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it. The
+trainer writes both after every epoch on rank 0; resuming reads the rows back; the
+benchmarks and tests read them with :func:`read_results` instead of parsing the file
+themselves. A row is a plain dict of numbers (``epoch`` an int, the rest floats; NaN where
+an epoch was not evaluated).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from msdet.engine.training.step_stats import LOSS_TERMS
+
+RESULTS_CSV = "results.csv"
+RESULTS_PNG = "results.png"
+COLUMNS = (
+    "epoch",
+    *(f"loss_{k}" for k in LOSS_TERMS),
+    "num_fg",
+    "lr",
+    "images_per_s",
+    "epoch_s",
+    "mAP",
+    "mAP50",
+)
+
+
+def results_path(run_dir: str) -> str:
+    """``<run_dir>/results.csv``."""
+    return os.path.join(run_dir, RESULTS_CSV)
+
+
+def read_results(run_dir: str) -> list[dict[str, Any]]:
+    """The rows of ``<run_dir>/results.csv`` (``epoch`` as int, the rest float); [] when
+    the run has none yet."""
+    path = results_path(run_dir)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [{k: _number(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(key: str, text: str | None) -> float | int:
+    if key == "epoch":
+        return int(float(text))
+    return float(text) if text not in (None, "") else math.nan
+
+
+def write_results(rows: Sequence[dict[str, Any]], run_dir: str) -> None:
+    """Write every row to ``results.csv`` (atomically) and plot them into ``results.png``.
+
+    The header is the union of the rows' keys, :data:`COLUMNS` first: rows read back from
+    a run written before a column existed get an empty cell there.
+    """
+    if not rows:
+        return
+    header = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
+    path = results_path(run_dir)
+    tmp = path + ".partial"
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    plot_results(rows, os.path.join(run_dir, RESULTS_PNG))
+
+
+def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
+    """Loss terms, mAP and the learning rate per epoch, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in rows]
+    panels = [f"loss_{k}" for k in LOSS_TERMS] + ["mAP", "mAP50", "lr"]
+    fig, axes = plt.subplots(2, 4, figsize=(14, 6))
+    for ax, key in zip(axes.flat, panels):
+        values = [r.get(key, math.nan) for r in rows]
+        pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", markersize=3)
+        ax.set_title(key)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

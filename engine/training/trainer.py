@@ -1,0 +1,416 @@
+"""Build everything a training run needs from the config, then run ``Model.train``.
+
+Reading order: :func:`run_training` is the recipe; the helpers below it are its steps.
+The step counts and LR schedule are in :mod:`~msdet.engine.training.schedule`, the training
+step Cell in :mod:`~msdet.engine.training.step`, what happens between steps (logging,
+evaluation, checkpoints, ...) in :mod:`~msdet.engine.training.callbacks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from typing import Any
+
+from mindspore import nn
+from mindspore.train import LossMonitor, Model, TimeMonitor
+from omegaconf import OmegaConf
+
+from msdet.data.buckets import check_graph_count, target_buckets
+from msdet.data.build import build_sources
+from msdet.data.pipeline import build_train_dataset, check_data_config
+from msdet.data.summary import summarise_annotations
+from msdet.engine.runtime.amp import apply_amp
+from msdet.engine.runtime.compiler import (
+    collect_compile_failure,
+    enable_compile_cache,
+    training_graph_key,
+)
+from msdet.engine.runtime.process import Runtime
+from msdet.engine.training.callbacks.augmentation import NoAugSwitch
+from msdet.engine.training.callbacks.base import TrainState, ordered
+from msdet.engine.training.callbacks.compile import CompileTrainingGraph
+from msdet.engine.training.callbacks.console import EpochSummary, StepProgress
+from msdet.engine.training.callbacks.evaluation import EvalCallback
+from msdet.engine.training.callbacks.monitoring import StepStats, UnreadableImagesReport
+from msdet.engine.training.callbacks.profiler import ProfilerCallback
+from msdet.engine.training.callbacks.records import (
+    CheckpointCallback,
+    ResultsCallback,
+    TensorBoardCallback,
+)
+from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
+from msdet.engine.training.checkpoints import (
+    CheckpointManager,
+    find_resume_checkpoint,
+    restore_training_state,
+)
+from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
+from msdet.engine.training.multiscale import (
+    MultiScaleResize,
+    MultiScaleSchedule,
+    all_sizes,
+    compile_cache_enabled,
+)
+from msdet.engine.training.run_folder import prepare_run_folder
+from msdet.engine.training.run_record import RESULTS_CSV, read_results
+from msdet.engine.training.schedule import Schedule, multiscale_settings, sink_plan
+from msdet.engine.training.step import TrainStep, build_train_step
+from msdet.engine.training.validation import TrainingEvaluation
+from msdet.models.description import DESCRIPTION_KEY, describe
+from msdet.models.loss import YOLOXLoss
+from msdet.models.sync_batchnorm import convert_sync_batchnorm
+from msdet.models.yolox import build_model
+
+log = logging.getLogger("train")
+
+
+class TrainingFailedError(RuntimeError):
+    """The run stopped on an error it detected (non-finite loss, diverged loss scale)."""
+
+
+def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
+    """Train ``cfg.model`` on ``cfg.data`` with ``cfg.train``; returns the final metrics.
+
+    Every artefact lands in ``rt.run_dir``: checkpoints/, tensorboard/, results.csv,
+    results.png, eval/ (latest evaluation), the evaluation plots and metrics.json (final
+    evaluation, from the best checkpoint). Only rank 0 writes them.
+    """
+    tcfg = cfg.train
+    prepare_run_folder(
+        rt.run_dir, bool(tcfg.resume), bool(tcfg.get("overwrite", False)), rt.is_main
+    )
+    train_src, val_src = _load_data(cfg, rt)
+    num_classes = train_src.num_classes
+
+    net = build_model(cfg.model, num_classes)
+    if rt.sync_bn:
+        synced = convert_sync_batchnorm(net)
+        log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
+    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
+    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
+    net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
+    loss = YOLOXLoss(
+        num_classes,
+        iou_weight=float(tcfg.loss.iou_weight),
+        assigner_rule=str(tcfg.assigner.rule),
+        center_radius=tcfg.assigner.center_radius,
+    )
+    plan = Schedule.from_config(tcfg, rt.world_size, len(train_src))
+    # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
+    # the weights that produced it, so the stop names the parameter at fault.
+    train_step = build_train_step(
+        net,
+        loss,
+        plan.lrs,
+        tcfg,
+        rt,
+        skip_nonfinite=bool(cfg.runtime.check_finite),
+        img_size=check_data_config(cfg.data),
+    )
+    resume = _resume(train_step, resume_path, plan, rt) if resume_path else None
+    start_epoch = resume.epoch if resume else 0
+    buckets = _target_buckets(cfg, rt)
+
+    dataset = build_train_dataset(
+        cfg.data,
+        train_src,
+        plan.batch,
+        plan.epochs,
+        int(tcfg.no_aug_epochs),
+        int(cfg.runtime.seed),
+        rt.rank,
+        rt.world_size,
+        start_epoch,
+        buckets,
+    )
+    if plan.calls_per_epoch < plan.batches_per_epoch:
+        # An epoch ends with whole windows (train.max_steps_per_epoch, train.accumulate):
+        # the batches after the last one are not drawn.
+        dataset = dataset.take(plan.calls_per_epoch)
+    steps_per_sink, sinks_per_epoch = sink_plan(
+        rt,
+        plan.steps_per_epoch,
+        profiling=int(cfg.runtime.profile_steps) > 0,
+        multiscale=multiscale_settings(tcfg),
+    )
+    state = TrainState(
+        epochs=plan.epochs,
+        steps_per_epoch=plan.steps_per_epoch,
+        total_batch=plan.total_batch,
+        sinks_per_epoch=sinks_per_epoch,
+        accumulate=plan.accumulate,
+        start_epoch=start_epoch,
+        best_map=resume.best_map if resume else -1.0,
+        bad_evals=resume.bad_evals if resume else 0,
+        amp=rt.uses_dynamic_loss_scale,
+    )
+    state.history = [r for r in read_results(rt.run_dir) if r["epoch"] <= start_epoch]
+    # Every rank evaluates its shard of the val set; rank 0 scores the gathered detections.
+    evaluation = TrainingEvaluation(cfg, rt, num_classes, val_src, net, train_step.ema)
+    callbacks = _build_callbacks(
+        cfg,
+        rt,
+        state,
+        train_step=train_step,
+        net=net,
+        loss=loss,
+        train_src=train_src,
+        evaluation=evaluation,
+        steps_per_sink=steps_per_sink,
+        meta=_checkpoint_meta(cfg, train_src, freeze_level),
+        buckets=buckets,
+    )
+    _log_plan(cfg, rt, plan)
+
+    started = time.time()
+    try:
+        Model(train_step).train(
+            plan.epochs * sinks_per_epoch,
+            dataset,
+            callbacks=callbacks,
+            dataset_sink_mode=rt.sink,
+            sink_size=steps_per_sink * plan.accumulate,  # MindSpore counts calls
+            initial_epoch=start_epoch * sinks_per_epoch,
+        )
+    except Exception:
+        # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
+        analysis = collect_compile_failure(rt.run_dir, started)
+        if analysis:
+            log.error("graph compilation failed; MindSpore's analysis: %s", analysis)
+        raise
+    if state.failure:
+        raise TrainingFailedError(state.failure)
+    return evaluation.final(last_was_best=state.is_best)
+
+
+def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
+    """The train and val sources, reported in the log; the compile cache keyed by their
+    class count (it sets the head's shapes)."""
+    train_src, val_src = build_sources(cfg.data)
+    num_classes = check_class_count(cfg.model, train_src)
+    log.info(
+        "data %s: %d train / %d val images, %d classes: %s",
+        cfg.data.name,
+        len(train_src),
+        len(val_src),
+        num_classes,
+        ", ".join(train_src.class_names),
+    )
+    for line in summarise_annotations(train_src, cfg.data.img_size):  # python -m data.check: all
+        log.info("%s", line)
+    if cfg.runtime.get("compile_cache", False):
+        import mindspore as ms
+
+        key = training_graph_key(cfg, num_classes)
+        enable_compile_cache(key, rt.device, rt.kernel_key, ms.__version__)
+    return train_src, val_src
+
+
+def _resume(train_step: TrainStep, path: str, plan: Schedule, rt: Runtime) -> Any:
+    """Restore the run's state from ``path``. The LR schedule is this config's (a changed
+    train.epochs recomputes its cosine, as YOLOX does); the checkpoint gives the position."""
+    resume = restore_training_state(train_step, path, plan.steps_per_epoch)
+    log.info(
+        "resumed from %s after epoch %d of %d (best mAP %.4f), at step %d with lr %.4g",
+        resume.path,
+        resume.epoch,
+        plan.epochs,
+        resume.best_map,
+        resume.global_step,
+        float(plan.lrs[min(resume.global_step, len(plan.lrs) - 1)]),
+    )
+    if resume.epoch >= plan.epochs:
+        log.info("nothing to train: the checkpoint finished all %d epochs", plan.epochs)
+    if rt.is_main:
+        _carry_history(resume.path, rt.run_dir)
+    return resume
+
+
+def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
+    """What every checkpoint of the run carries besides its state: the description
+    (``models.description``) and the freeze level (a resumed run keeps it)."""
+    description = describe(
+        cfg.model,
+        train_src.num_classes,
+        train_src.class_names,
+        train_src.category_ids,
+        list(cfg.data.img_size),
+        "train",
+        OmegaConf.to_container(cfg, resolve=True),
+    )
+    return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
+
+
+def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
+    log.info(
+        "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g, amp %s, %s mode%s",
+        cfg.model.name,
+        plan.epochs,
+        plan.steps_per_epoch,
+        plan.batch,
+        plan.ranks,
+        f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
+        plan.base_lr,
+        rt.amp_level,
+        rt.mode,
+        ", data sink" if rt.sink_effective else "",
+    )
+    if rt.sink and not rt.sink_effective:
+        log.info(
+            "runtime.sink: MindSpore cannot sink data on %s and feeds each step from "
+            "the host instead (same results; LossMonitor/TimeMonitor count real steps)",
+            rt.device,
+        )
+
+
+def check_class_count(model_cfg: Any, source: Any) -> int:
+    """The dataset's class count, or an error naming both when ``model.num_classes`` is set
+    to another one."""
+    wanted = model_cfg.get("num_classes")
+    if wanted is not None and int(wanted) != source.num_classes:
+        raise ValueError(
+            f"model.num_classes={wanted} but the dataset ({source.ann_file}) has "
+            f"{source.num_classes} classes: set model.num_classes=null to take the dataset's"
+        )
+    return source.num_classes
+
+
+def _target_buckets(cfg: Any, rt: Runtime) -> tuple[int, ...]:
+    """``data.target_buckets`` checked against the run (``data.buckets``), logged; ``()``
+    when off. A data sink feeds one shape, so sinking and buckets exclude each other."""
+    buckets = target_buckets(cfg.data)
+    if len(buckets) == 1:
+        return ()
+    if rt.sink_effective:
+        raise ValueError(
+            f"data.target_buckets={list(buckets[:-1])} needs runtime.sink=false: a data sink "
+            "feeds the graph one input shape, and each bucket is a shape of its own"
+        )
+    ms_range = multiscale_settings(cfg.train)[0]
+    sizes = 1 if ms_range == 0 else len(all_sizes(check_data_config(cfg.data), ms_range))
+    graphs = check_graph_count(sizes, buckets)
+    log.info(
+        "data.target_buckets: each batch padded to %s target rows, whichever first holds "
+        "its fullest image (up to %d training graphs, %s)",
+        "/".join(str(b) for b in buckets),
+        graphs,
+        "all compiled first" if _compile_all_first(rt, buckets) else "each compiled on first use",
+    )
+    return buckets
+
+
+def _compile_all_first(rt: Runtime, buckets: tuple[int, ...]) -> bool:
+    """Compile every graph before the first step: the persistent compile cache finds graphs
+    by compile order, and with target buckets on several ranks none may wait in a
+    collective while another compiles the graph its own batch needs (ranks draw the same
+    multi-scale size, but each its own bucket)."""
+    return compile_cache_enabled() or (rt.distributed and len(buckets) > 1)
+
+
+def _build_callbacks(
+    cfg: Any,
+    rt: Runtime,
+    state: TrainState,
+    *,
+    train_step: TrainStep,
+    net: nn.Cell,
+    loss: YOLOXLoss,
+    train_src: Any,
+    evaluation: TrainingEvaluation,
+    steps_per_sink: int,
+    meta: dict,
+    buckets: tuple[int, ...] = (),
+) -> list:
+    """The run's callbacks, in phase order (``engine.callbacks.ordered``).
+
+    ``steps_per_sink`` counts optimizer steps; MindSpore's callbacks count calls of the
+    training step, ``train.accumulate`` of them per optimizer step.
+    """
+    tcfg = cfg.train
+    k = state.accumulate
+    calls_per_sink = steps_per_sink * k
+    cbs = []
+    if isinstance(train_step.net_with_loss, MultiScaleResize):
+        ms_range, interval = multiscale_settings(tcfg)
+        cbs.append(
+            MultiScaleSchedule(  # in calls: a size window of `interval` steps is interval x k calls
+                train_step.net_with_loss,
+                ms_range,
+                int(cfg.runtime.seed),
+                calls_per_sink,
+                interval * k,
+                steps_per_call=calls_per_sink if rt.sink_effective else 1,
+                compile_graphs=rt.mode == "graph",
+                compile_all_first=_compile_all_first(rt, buckets),
+                buckets=buckets,
+            )
+        )
+    elif rt.mode == "graph" and not rt.sink_effective:  # a sunk graph compiles with its queue
+        cbs.append(CompileTrainingGraph(buckets, _compile_all_first(rt, buckets)))
+    cbs += [
+        NoAugSwitch(state, loss, int(tcfg.no_aug_epochs)),
+        StepStats(
+            state,
+            train_step.stats,
+            net,
+            bool(cfg.runtime.check_finite),
+            rt.uses_dynamic_loss_scale,
+        ),
+        UnreadableImagesReport(state, train_src.unreadable),
+    ]
+    # On every rank: evaluation is a collective (each rank runs its shard).
+    cbs.append(
+        EvalCallback(state, evaluation.evaluate, int(tcfg.eval_interval), int(tcfg.no_aug_epochs))
+    )
+    if rt.is_main:
+        cbs += [
+            EpochSummary(state),
+            CheckpointCallback(
+                state,
+                CheckpointManager(os.path.join(rt.run_dir, "checkpoints"), int(tcfg.keep_last)),
+                train_step,
+                meta,
+            ),
+            ResultsCallback(state, rt.run_dir),
+        ]
+        if tcfg.tensorboard:
+            cbs.append(
+                TensorBoardCallback(
+                    state, os.path.join(rt.run_dir, "tensorboard"), evaluation.tensorboard_images
+                )
+            )
+        if int(tcfg.patience) > 0:
+            if rt.distributed:
+                log.warning("train.patience: early stopping is not supported with several ranks")
+            else:
+                cbs.append(EarlyStopping(state, int(tcfg.patience)))
+        cbs += [
+            StepProgress(state),
+            LossMonitor(k * max(1, min(int(tcfg.log_interval), steps_per_sink))),
+            TimeMonitor(data_size=calls_per_sink),
+        ]
+    if tcfg.stop_at_epoch:
+        cbs.append(StopAtEpoch(state, int(tcfg.stop_at_epoch)))  # after the checkpoint
+    if tcfg.time_limit_min:
+        if rt.distributed:  # ranks could disagree on the last epoch and deadlock
+            log.warning("train.time_limit_min is not supported with several ranks")
+        else:
+            cbs.append(TimeLimit(state, float(tcfg.time_limit_min)))
+    if int(cfg.runtime.profile_steps) > 0 and rt.is_main:
+        cbs.append(
+            ProfilerCallback(
+                os.path.join(rt.run_dir, "profiler"), int(cfg.runtime.profile_steps), rt.device
+            )
+        )
+    return ordered(cbs)
+
+
+def _carry_history(ckpt_path: str, run_dir: str) -> None:
+    """Resuming another run's checkpoint: bring its results.csv into this run folder."""
+    old_dir = os.path.dirname(os.path.dirname(os.path.abspath(ckpt_path)))
+    src, dst = os.path.join(old_dir, RESULTS_CSV), os.path.join(run_dir, RESULTS_CSV)
+    if os.path.abspath(old_dir) != os.path.abspath(run_dir) and os.path.isfile(src):
+        shutil.copy(src, dst)

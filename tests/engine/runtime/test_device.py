@@ -1,0 +1,234 @@
+"""engine.device: device detection, AMP/sink resolution, the CPU environment and kernels,
+Ascend precision and overflow detection, threads per rank."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from msdet.engine.runtime import device
+from msdet.engine.runtime.device import resolve_amp, resolve_device, resolve_sink
+from msdet.ops import cpu_kernels
+from msdet.ops.kernel_choice import DECISIONS, choice_path
+from tests.support import ROOT
+
+
+def test_auto_picks_cpu_without_ascend_devices(monkeypatch):
+    monkeypatch.setattr(device, "ascend_present", lambda: False)
+    assert resolve_device("auto") == "CPU"
+    monkeypatch.setattr(device, "ascend_present", lambda: True)
+    assert resolve_device("auto") == "Ascend"
+    assert resolve_device("GPU") == "GPU"
+    with pytest.raises(ValueError, match="runtime.device"):
+        resolve_device("TPU")
+
+
+def test_amp_and_sink_defaults_per_device():
+    assert resolve_amp("auto", "CPU") == "O0" and resolve_amp("auto", "Ascend") == "O2"
+    assert resolve_amp("O3", "CPU") == "O3"
+    with pytest.raises(ValueError, match="runtime.amp"):
+        resolve_amp("O4", "CPU")
+    assert resolve_sink("auto", "Ascend") is True and resolve_sink("auto", "CPU") is False
+    assert resolve_sink(True, "CPU") is True
+
+
+def _seen_by_fresh_process(env: dict, var: str) -> str:
+    code = (
+        "import os; from msdet.engine.runtime.device import configure_process_env;"
+        f"configure_process_env('CPU'); print(os.environ.get({var!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "var, ours, theirs",
+    [("ONEDNN_MAX_CPU_ISA", "AVX2", "AVX512_CORE"), ("OMP_WAIT_POLICY", "PASSIVE", "ACTIVE")],
+)
+def test_cpu_environment_is_set_unless_the_user_chose(var, ours, theirs):
+    env = {k: v for k, v in os.environ.items() if k != var}
+    assert _seen_by_fresh_process(env, var) == ours
+    assert _seen_by_fresh_process({**env, var: theirs}, var) == theirs
+
+
+def test_a_users_wait_policy_keeps_libgomps_spin_count_for_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    assert _seen_by_fresh_process(env, "GOMP_SPINCOUNT") == "1000"
+    assert _seen_by_fresh_process({**env, "GOMP_SPINCOUNT": "50"}, "GOMP_SPINCOUNT") == "50"
+    # OMP_WAIT_POLICY=ACTIVE means spin for minutes in libgomp: no spin count overrides it
+    active = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
+    assert _seen_by_fresh_process(active, "GOMP_SPINCOUNT") == "None"
+
+
+def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
+    from msdet.common.host import LOCAL_RANKS_VAR, available_cores
+    from msdet.engine.runtime.device import cpu_threads
+
+    monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
+    cores = available_cores()
+    assert cpu_threads(None) is None  # one process: MindSpore's own default
+    assert cpu_threads(1) == 1
+    assert cpu_threads(cores + 5) == cores  # clamped to what the process may use
+    monkeypatch.setenv(LOCAL_RANKS_VAR, str(cores * 2))  # more ranks than cores
+    assert cpu_threads(None) == 1
+    monkeypatch.setenv(LOCAL_RANKS_VAR, "1")
+    assert cpu_threads(None) is None
+
+
+def test_float_status_register_where_mindspore_reads_it():
+    # As mindspore/amp.py and nn/wrap/loss_scale.py decide: the Atlas training series
+    # always, A2 only in saturation mode, nowhere else.
+    assert device.float_status_register(True, False, None) is True
+    assert device.float_status_register(False, True, "SATURATION_MODE") is True
+    assert device.float_status_register(False, True, "INFNAN_MODE") is False
+    assert device.float_status_register(False, True, None) is False
+    assert device.float_status_register(False, False, "SATURATION_MODE") is False
+
+
+# The chips msdet meets, as MindSpore answers its SoC capability queries for them
+# (mindspore/amp.py: "amp_loss_scale_train_classic_target" is the Atlas training series,
+# "train_hq_dtype_line" A2 and later).
+CHIPS = {
+    "ascend910": (True, False),  # 910A: classic overflow, no float32 cube
+    "ascend910b": (False, True),  # 910B (A2)
+    "ascend910_93": (False, True),  # later training chips answer as A2
+    "ascend310p": (False, False),  # an inference chip: neither
+}
+
+
+def test_chip_profiles_decide_precision_overflow_and_nms_per_chip():
+    profiles = {soc: device.chip_profile(soc, *answers, None) for soc, answers in CHIPS.items()}
+    a, b, b93, infer = (profiles[s] for s in CHIPS)
+    # 910A: no float32 cube -> matrix operators in fp16, vector ones kept; register; host NMS
+    assert (a.precision_mode, a.cube_fp32, a.float_status, a.host_nms) == (
+        "allow_fp32_to_fp16",
+        False,
+        True,
+        True,
+    )
+    # 910B and later: keep dtype (AMP decides), overflow in the gradients, NMS on the device
+    for chip in (b, b93):
+        assert (chip.precision_mode, chip.cube_fp32, chip.float_status, chip.host_nms) == (
+            "must_keep_origin_dtype",
+            True,
+            False,
+            False,
+        )
+    # Neither answer: MindSpore's own precision default, the NMS that is right everywhere
+    assert infer.precision_mode is None and infer.host_nms and not infer.float_status
+    # A2 in saturation mode reads the register too
+    assert device.chip_profile("ascend910b", False, True, "SATURATION_MODE").float_status
+    assert "ascend910: cube float32 no, precision mode allow_fp32_to_fp16" in a.describe()
+
+
+def test_precision_mode_auto_follows_the_chip_and_explicit_values_are_kept(caplog):
+    a = device.chip_profile("ascend910", True, False, None)
+    b = device.chip_profile("ascend910b", False, True, None)
+    assert device.DEFAULT_PRECISION_MODE == "auto"
+    assert device.resolve_precision_mode("auto", a) == "allow_fp32_to_fp16"
+    assert device.resolve_precision_mode(None, b) == "must_keep_origin_dtype"
+    assert device.resolve_precision_mode("force_fp16", b) == "force_fp16"
+    with caplog.at_level("WARNING", logger="msdet.engine.runtime.device"):
+        assert (
+            device.resolve_precision_mode("must_keep_origin_dtype", a) == "must_keep_origin_dtype"
+        )
+    assert "cube unit has no float32" in caplog.text
+    with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
+        device.check_precision_mode("fp16_please")
+
+
+def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
+    from msdet.ops import cpu_kernels
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
+    previous = cpu_kernels.custom_kernel_library()
+    try:
+        lib, kernels = device.setup_cpu_kernels("msdet", "CPU")
+        if lib is None:
+            pytest.skip("no C++ compiler on this machine")
+        assert os.path.dirname(lib) == str(tmp_path / "kernels")
+        assert kernels == cpu_kernels.KERNELS
+        assert cpu_kernels.custom_kernel_library() == lib
+        # Ascend/GPU keep their native operators (auto too: nothing measured there); so does
+        # an explicit "native".
+        assert device.setup_cpu_kernels("auto", "Ascend") == (None, ())
+        assert device.setup_cpu_kernels("msdet", "Ascend") == (None, ())
+        assert cpu_kernels.custom_kernel_library() is None
+        device.setup_cpu_kernels("msdet", "CPU")
+        assert device.setup_cpu_kernels("native", "CPU") == (None, ())
+        device.setup_cpu_kernels("msdet", "CPU")
+        assert device.setup_cpu_kernels("msdet", "CPU", "O2") == (None, ())  # fp32-only kernel
+        assert cpu_kernels.custom_kernel_library() is None
+        with pytest.raises(ValueError, match="runtime.cpu_kernels"):
+            device.setup_cpu_kernels("fast", "CPU")
+        # Named kernels, for ablations: exactly those, in KERNELS' order.
+        lib, kernels = device.setup_cpu_kernels("upsample+depthwise", "CPU")
+        assert kernels == ("depthwise", "upsample")
+        assert cpu_kernels.custom_kernel_library("upsample") == lib
+        assert cpu_kernels.custom_kernel_library("assigner") is None
+    finally:
+        cpu_kernels.set_custom_kernel_library(previous)
+
+
+def test_cpu_kernels_named_by_plus_are_checked():
+    assert device.parse_cpu_kernels("auto") is None
+    assert device.parse_cpu_kernels("native") == ()
+    assert device.parse_cpu_kernels("msdet") == cpu_kernels.KERNELS
+    assert device.parse_cpu_kernels("assigner+batchnorm_silu") == ("batchnorm_silu", "assigner")
+    for bad in ("depthwise+fast", "upsample+upsample", "depthwise+", "msdet+upsample"):
+        with pytest.raises(
+            ValueError, match=r"runtime.cpu_kernels .*joined by '\+'.*" + re.escape(bad)
+        ):
+            device.parse_cpu_kernels(bad)
+
+
+def kernel_record(kernels, version):
+    times = {d.key: dict.fromkeys(d.variants, 1.0) for d in DECISIONS.values()}
+    return {"kernels": list(kernels), **times, "mindspore": version, "threads": 2}
+
+
+@pytest.fixture
+def kernel_state():
+    previous = (cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels())
+    yield
+    cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
+
+
+def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog, kernel_state):
+    import mindspore as ms
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
+    lib = cpu_kernels.build_kernel_library()
+    if lib is None:
+        pytest.skip("no C++ compiler on this machine")
+    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
+        json.dump(kernel_record(["depthwise"], ms.__version__), f)
+    with caplog.at_level(logging.INFO, logger="msdet.engine.runtime.device"):
+        assert device.setup_cpu_kernels("auto", "CPU", threads=2) == (lib, ("depthwise",))
+    assert cpu_kernels.custom_kernel_library("depthwise") == lib
+    assert cpu_kernels.custom_kernel_library("batchnorm_silu") is None
+    assert any(
+        "depthwise convolutions on msdet's kernels" in r.getMessage() for r in caplog.records
+    )
+
+    from msdet.models.layers import BaseConv, DWConv
+    from msdet.ops.depthwise import DepthwiseConv2d
+
+    block = DWConv(8, 16, 3)
+    assert isinstance(block.dconv.conv, DepthwiseConv2d) and block.pconv.fused is None
+    # Measured slower everywhere: MindSpore's operators, nothing enabled.
+    with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
+        json.dump(kernel_record([], ms.__version__), f)
+    assert device.setup_cpu_kernels("auto", "CPU", threads=2) == (None, ())
+    assert BaseConv(8, 8, 3).fused is None and cpu_kernels.enabled_kernels() == ()
+    # msdet forces both (tests, benchmarks) without measuring.
+    assert device.setup_cpu_kernels("msdet", "CPU", threads=2) == (lib, cpu_kernels.KERNELS)
+    assert BaseConv(8, 8, 3).fused is not None

@@ -1,0 +1,248 @@
+"""engine.checkpoint and the run folder: writes that survive a kill or a full disk, pruning
+that only counts finished epoch files, resume that names what to do when last.ckpt is
+damaged, and a run folder that is never silently shared."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Parameter, Tensor, nn
+
+from msdet.engine.training import checkpoints as checkpoint
+from msdet.engine.training.checkpoints import (
+    BEST,
+    LAST,
+    META_BEST,
+    META_EPOCH,
+    CheckpointManager,
+    epoch_files,
+    find_resume_checkpoint,
+    read_resume_checkpoint,
+)
+from msdet.engine.training.run_folder import prepare_run_folder
+from msdet.models.weights import CheckpointError
+
+
+class Weights(nn.Cell):
+    def __init__(self, value: float):
+        super().__init__()
+        self.w = Parameter(Tensor(np.full(4, value, np.float32)), name="w")
+
+
+def meta(epoch: int, best: float) -> dict:
+    return {META_EPOCH: epoch, META_BEST: best}
+
+
+def saved(path) -> tuple[int, float, float]:
+    params = ms.load_checkpoint(str(path))
+    return (
+        int(params[META_EPOCH].asnumpy()),
+        float(params[META_BEST].asnumpy()),
+        float(params["w"].asnumpy()[0]),
+    )
+
+
+def test_last_is_written_last_so_a_kill_never_leaves_it_ahead_of_best(tmp_path, monkeypatch):
+    """Kill the writer at each write point of an epoch that set a new best: last.ckpt is
+    always either the previous epoch's or this one's with best.ckpt already on disk."""
+    for kill_at in (1, 2, 3):
+        folder = tmp_path / f"kill{kill_at}" / "checkpoints"
+        manager = CheckpointManager(str(folder), keep_last=2)
+        manager.save_epoch(Weights(1.0), meta(1, 0.1), 1, is_best=True)
+        writes = []
+        real = checkpoint.save_atomic
+
+        def dying(cell, path, m, real=real, writes=writes, kill_at=kill_at):
+            writes.append(os.path.basename(path))
+            if len(writes) == kill_at:
+                raise KeyboardInterrupt  # the process dies here
+            real(cell, path, m)
+
+        monkeypatch.setattr(checkpoint, "save_atomic", dying)
+        with pytest.raises(KeyboardInterrupt):
+            manager.save_epoch(Weights(2.0), meta(2, 0.2), 2, is_best=True)
+        monkeypatch.setattr(checkpoint, "save_atomic", real)
+        assert writes[-1] == [BEST, "epoch_0002.ckpt", LAST][kill_at - 1]
+        epoch, best_map, _ = saved(folder / LAST)
+        assert epoch == 1 and best_map == pytest.approx(0.1)  # last.ckpt: the commit point
+        assert saved(folder / BEST)[1] >= best_map  # best.ckpt is never behind it
+        assert not list(folder.glob("*.partial.ckpt"))
+
+
+def test_pruning_keeps_the_newest_epochs_and_ignores_partial_files(tmp_path):
+    folder = tmp_path / "checkpoints"
+    manager = CheckpointManager(str(folder), keep_last=2)
+    (folder / "epoch_0009.partial.ckpt").write_bytes(b"half")  # a write that was killed
+    for epoch in (1, 2, 3):
+        manager.save_epoch(Weights(float(epoch)), meta(epoch, 0.0), epoch, is_best=False)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["epoch_0002.ckpt", "epoch_0003.ckpt", "epoch_0009.partial.ckpt", LAST]
+    assert [os.path.basename(p) for p in epoch_files(str(folder))] == [
+        "epoch_0002.ckpt",
+        "epoch_0003.ckpt",
+    ]
+
+
+def test_a_full_disk_is_a_clear_error_and_the_earlier_checkpoints_stay(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoints"
+    manager = CheckpointManager(str(folder), keep_last=2)
+    manager.save_epoch(Weights(1.0), meta(1, 0.1), 1, is_best=True)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real = ms.save_checkpoint
+
+    def disk_full(cell, path, **kwargs):
+        with open(path, "wb") as f:  # part of the file, then the disk is full
+            f.write(b"\0" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    with pytest.raises(CheckpointError, match="No space left on device.*intact"):
+        manager.save_epoch(Weights(2.0), meta(2, 0.2), 2, is_best=True)
+    monkeypatch.setattr(ms, "save_checkpoint", real)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing partial
+
+
+def test_a_truncated_last_checkpoint_names_the_newest_intact_one(tmp_path):
+    folder = tmp_path / "checkpoints"
+    manager = CheckpointManager(str(folder), keep_last=3)
+    for epoch in (1, 2, 3):
+        manager.save_epoch(Weights(float(epoch)), meta(epoch, 0.0), epoch, is_best=False)
+    data = (folder / LAST).read_bytes()
+    (folder / LAST).write_bytes(data[: len(data) // 2])
+    (folder / "epoch_0003.ckpt").write_bytes(b"")  # damaged too
+    with pytest.raises(
+        CheckpointError, match=r"newest intact checkpoint beside it is .*epoch_0002\.ckpt"
+    ):
+        read_resume_checkpoint(str(folder / LAST))
+
+
+def test_resume_auto_looks_only_in_its_own_run_folder(tmp_path):
+    other = tmp_path / "outputs" / "another_run" / "checkpoints"
+    CheckpointManager(str(other)).save_epoch(Weights(1.0), meta(1, 0.0), 1, is_best=False)
+    fresh = tmp_path / "outputs" / "mine"
+    fresh.mkdir()
+    with pytest.raises(CheckpointError, match="resume=auto continues the run of this folder"):
+        find_resume_checkpoint("auto", str(fresh))
+    assert find_resume_checkpoint("auto", str(other.parent)) == str(other / LAST)
+
+
+def test_a_fresh_run_into_a_used_folder_is_refused_unless_overwritten(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "train.log").write_text("Hydra writes these before main")
+    prepare_run_folder(str(run), resume=False, overwrite=False, is_main=True)  # still fresh
+    CheckpointManager(str(run / "checkpoints")).save_epoch(Weights(1.0), meta(1, 0.0), 1, False)
+    (run / "results.csv").write_text("epoch\n1\n")
+    with pytest.raises(ValueError, match="train.resume=auto.*train.overwrite=true.*hydra.run.dir"):
+        prepare_run_folder(str(run), resume=False, overwrite=False, is_main=True)
+    prepare_run_folder(str(run), resume=True, overwrite=False, is_main=True)  # continuing it
+    # Another rank of the same job finds rank 0's first files: not its call to make.
+    prepare_run_folder(str(run), resume=False, overwrite=False, is_main=False)
+    assert (run / "results.csv").is_file()
+    prepare_run_folder(str(run), resume=False, overwrite=True, is_main=True)
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", "train.log"]
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_runs():
+    # /sys refuses new files even to root, whose permission bits say it may write
+    if not os.path.isdir("/sys"):
+        pytest.skip("no /sys here")
+    with pytest.raises(PermissionError, match="run folder /sys is not writable"):
+        prepare_run_folder("/sys", resume=False, overwrite=False, is_main=True)
+
+
+class Stepped(nn.Cell):
+    def __init__(self, step: int):
+        super().__init__()
+        self.w = Parameter(Tensor(np.ones(2, np.float32)), name="w")
+        self.global_step = Parameter(Tensor(np.array([step], np.int32)), name="global_step")
+        self.learning_rate = Parameter(Tensor(np.full(7, 0.1, np.float32)), name="learning_rate")
+
+
+def test_resume_keeps_the_step_and_moves_it_only_for_another_epoch_length(tmp_path):
+    """The checkpoint holds the position in the schedule, not the schedule (a per-step LR
+    list is weight-shaped: resuming with more epochs used to stop on its shape). With
+    another number of steps per epoch (batch, cards, accumulation) the position is the
+    completed epochs in this run's steps."""
+    from msdet.engine.training.checkpoints import META_STEPS_PER_EPOCH, restore_training_state
+
+    folder = tmp_path / "checkpoints"
+    CheckpointManager(str(folder)).save_epoch(
+        Stepped(20), {**meta(2, 0.3), META_STEPS_PER_EPOCH: 10}, 2, is_best=False
+    )
+    assert "learning_rate" not in ms.load_checkpoint(str(folder / LAST))
+    longer = Stepped(0)
+    longer.learning_rate.set_data(Tensor(np.full(30, 0.2, np.float32)))  # more epochs
+    state = restore_training_state(longer, str(folder / LAST), steps_per_epoch=10)
+    assert (state.epoch, state.global_step, int(longer.global_step.asnumpy()[0])) == (2, 20, 20)
+    assert longer.learning_rate.shape == (30,)  # this run's schedule, untouched
+    halved = Stepped(0)
+    state = restore_training_state(halved, str(folder / LAST), steps_per_epoch=5)
+    assert state.global_step == 10 and int(halved.global_step.asnumpy()[0]) == 10
+
+
+class Averaged(nn.Cell):
+    """A network's weight and its ModelEMA, as the training step holds them."""
+
+    def __init__(self, value: float):
+        super().__init__(auto_prefix=False)  # as TrainStep: the weights keep their names
+        from msdet.engine.training.ema import ModelEMA
+
+        self.net = Weights(value)
+        self.ema = ModelEMA(self.net)
+
+
+def test_the_ema_buffer_is_saved_as_one_entry_per_weight_and_resumed_into_the_buffer(tmp_path):
+    """Checkpoints keep ``ema.<name>`` (what eval.py, predict.py and older checkpoints
+    use), never the flat buffer; resuming packs the entries back into it."""
+    from msdet.engine.training.checkpoints import restore_training_state
+    from msdet.engine.training.ema import EMA_BUFFER
+
+    cell = Averaged(1.5)
+    cell.ema.buffer.set_data(Tensor(np.arange(4, dtype=np.float32) + 7.0))
+    folder = tmp_path / "checkpoints"
+    CheckpointManager(str(folder)).save_epoch(cell, meta(1, 0.2), 1, is_best=False)
+    params = ms.load_checkpoint(str(folder / LAST))
+    assert EMA_BUFFER not in params
+    assert params["ema.w"].asnumpy().tolist() == [7.0, 8.0, 9.0, 10.0]
+    assert params["w"].asnumpy().tolist() == [1.5] * 4
+    resumed = Averaged(0.0)
+    restore_training_state(resumed, str(folder / LAST), steps_per_epoch=1)
+    assert resumed.ema.buffer.asnumpy().tolist() == [7.0, 8.0, 9.0, 10.0]
+    assert resumed.net.w.asnumpy().tolist() == [1.5] * 4
+    # A checkpoint without EMA weights cannot resume a run with an EMA: named.
+    CheckpointManager(str(tmp_path / "plain")).save_epoch(Weights(2.0), meta(1, 0.2), 1, False)
+    with pytest.raises(CheckpointError, match="'ema.w'.*missing"):
+        restore_training_state(Averaged(0.0), str(tmp_path / "plain" / LAST), steps_per_epoch=1)
+
+
+def test_an_epochs_files_share_one_split_of_the_ema_buffer(tmp_path, monkeypatch):
+    """best, epoch_N and last of one epoch: the buffer is split into entries once (for a
+    large model a copy of every average), and every file holds them all."""
+    from msdet.engine.training.ema import ModelEMA
+
+    cell = Averaged(0.5)
+    cell.ema.buffer.set_data(Tensor(np.arange(4, dtype=np.float32) - 2.0))
+    calls = []
+    real = ModelEMA.checkpoint_entries
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(ModelEMA, "checkpoint_entries", counted)
+    folder = tmp_path / "checkpoints"
+    written = CheckpointManager(str(folder), keep_last=2).save_epoch(
+        cell, meta(3, 0.4), 3, is_best=True
+    )
+    assert [os.path.basename(p) for p in written] == [BEST, "epoch_0003.ckpt", LAST]
+    assert len(calls) == 1
+    for path in written:
+        params = ms.load_checkpoint(path)
+        assert params["ema.w"].asnumpy().tolist() == [-2.0, -1.0, 0.0, 1.0]
+        assert params["w"].asnumpy().tolist() == [0.5] * 4
+        assert int(params[META_EPOCH].asnumpy()) == 3

@@ -1,0 +1,41 @@
+"""engine.run_record: results.csv written and read in one place, old runs included."""
+
+from __future__ import annotations
+
+import math
+
+from msdet.engine.training.run_record import COLUMNS, read_results, results_path, write_results
+
+
+def header_of(run_dir) -> list[str]:
+    with open(results_path(str(run_dir)), encoding="utf-8") as f:
+        return f.readline().strip().split(",")
+
+
+def row(epoch: int, **extra) -> dict:
+    base = {c: float(epoch) for c in COLUMNS}
+    base["epoch"] = epoch
+    base["mAP"] = float("nan")
+    return {**base, **extra}
+
+
+def test_rows_round_trip_with_nan_and_the_columns_first(tmp_path):
+    rows = [row(1), row(2, mAP=0.25)]
+    write_results(rows, str(tmp_path))
+    back = read_results(str(tmp_path))
+    assert [r["epoch"] for r in back] == [1, 2] and isinstance(back[0]["epoch"], int)
+    assert math.isnan(back[0]["mAP"]) and back[1]["mAP"] == 0.25
+    assert header_of(tmp_path) == list(COLUMNS)
+    assert (tmp_path / "results.png").stat().st_size > 0
+
+
+def test_a_run_written_before_the_loss_scale_columns_resumes_with_them(tmp_path):
+    """A results.csv from before ``loss_scale`` / ``skipped_steps`` existed is read back and
+    extended by a resumed run with them: the old rows get empty cells, read as NaN."""
+    write_results([row(1)], str(tmp_path))  # the old format: no AMP columns
+    old = read_results(str(tmp_path))
+    write_results([*old, row(2, loss_scale=512.0, skipped_steps=3.0)], str(tmp_path))
+    back = read_results(str(tmp_path))
+    assert header_of(tmp_path) == [*COLUMNS, "loss_scale", "skipped_steps"]
+    assert math.isnan(back[0]["loss_scale"]) and math.isnan(back[0]["skipped_steps"])
+    assert back[1]["loss_scale"] == 512.0 and back[1]["skipped_steps"] == 3.0
