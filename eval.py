@@ -37,7 +37,7 @@ def main(cfg: DictConfig) -> None:
         typed = typed_overrides()
         _, val = build_sources(cfg.data)
         detector, used_ema, description = load_described_detector(
-            cfg.ckpt, cfg.model, typed, val.num_classes
+            cfg.ckpt, cfg.model, typed, val.num_classes, kernels=rt.kernels
         )
         apply_described_size(cfg, description, typed)
         log.info(
@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> None:
         dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
         metrics, _ = evaluate_on_dataset(
             InferenceNet(detector),
-            build_nms(cfg.eval, detector.num_classes, on_host=rt.host_nms),
+            build_nms(cfg.eval, detector.num_classes, on_host=rt.host_nms, kernels=rt.kernels),
             dataset,
             val,
             rt.run_dir,

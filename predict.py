@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
         from msdet.engine.inference.predictor import Predictor
         from msdet.engine.inference.sources import predict_source
 
-        predictor = Predictor(cfg, host_nms=rt.host_nms, typed=typed_overrides())
+        predictor = Predictor(cfg, rt, typed=typed_overrides())
         done = predict_source(
             predictor,
             cfg.source,

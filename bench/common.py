@@ -158,32 +158,31 @@ def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: 
             overrides=["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"],
         )
     rt = setup_runtime(cfg.runtime, ".")
-    if rt.cpu_kernels is None:
+    if not rt.kernels:
         raise SystemExit("msdet's kernels are not available here (no compiler?)")
+    import dataclasses
+
     import mindspore as ms
 
     from msdet.engine.training.optim import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
-    from msdet.ops import cpu_kernels
 
     num_classes = 80
     batch = synthetic_batch(8, 320, num_classes, int(cfg.data.max_objects), 5)
     inputs = tuple(ms.Tensor(a) for a in batch)
     train_steps, first = {}, {}
-    try:
-        for name, kernels in variants.items():
-            cpu_kernels.set_custom_kernel_library(rt.cpu_kernels if kernels else None, kernels)
-            ms.set_seed(0)
-            net = build_model(cfg.model, num_classes)
-            lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-            train_steps[name] = train_py_step(net, YOLOXLoss(num_classes), lrs, cfg, rt)
-            start = time.perf_counter()
-            train_steps[name](*inputs)[0].asnumpy()
-            first[name] = round(time.perf_counter() - start, 2)
-    finally:
-        cpu_kernels.set_custom_kernel_library(rt.cpu_kernels)
-    return rt.cpu_kernels, train_steps, first, inputs
+    for name, names in variants.items():
+        variant = dataclasses.replace(rt, kernels=rt.kernels.only(*names))
+        ms.set_seed(0)
+        net = build_model(cfg.model, num_classes, variant.kernels)
+        lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
+        loss = YOLOXLoss(num_classes, kernels=variant.kernels)
+        train_steps[name] = train_py_step(net, loss, lrs, cfg, variant)
+        start = time.perf_counter()
+        train_steps[name](*inputs)[0].asnumpy()
+        first[name] = round(time.perf_counter() - start, 2)
+    return rt.kernels.library, train_steps, first, inputs
 
 
 def alternate_steps(train_steps: dict, inputs: tuple, steps: int, before=None) -> dict:

@@ -42,9 +42,9 @@ def main(cfg: DictConfig) -> None:
 
     steps, warmup = int(cfg.bench.steps), int(cfg.bench.warmup)
     batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)
-    net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
+    net = apply_amp(build_model(cfg.model, NUM_CLASSES, rt.kernels), rt)
     lrs = yolox_lr_schedule(0.01, steps + warmup + 2, 1, 0, 0)
-    step = train_py_step(net, YOLOXLoss(NUM_CLASSES), lrs, cfg, rt)
+    step = train_py_step(net, YOLOXLoss(NUM_CLASSES, kernels=rt.kernels), lrs, cfg, rt)
     arrays = synthetic_batch(batch, h, NUM_CLASSES, int(cfg.data.max_objects), 5, seed=rt.rank)
     images, targets, mask = (ms.Tensor(a) for a in arrays)
     started = time.perf_counter()
@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> None:
             "cores": os.cpu_count(),
             "mindspore": ms.__version__,
             "python": platform.python_version(),
-            "cpu_kernels": list(rt.kernel_names),
+            "cpu_kernels": list(rt.kernels.names),
         },
         "steps": steps,
         "step_s_all": [round(t, 4) for t in times],

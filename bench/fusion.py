@@ -61,9 +61,9 @@ def one_variant(
     from msdet.models.yolox import build_model
 
     ms.set_seed(0)
-    net = build_model(cfg.model, 80)
+    net = build_model(cfg.model, 80, rt.kernels)
     lrs = yolox_lr_schedule(0.01, steps + 10, 1, 0, 0)
-    step = train_py_step(net, YOLOXLoss(80), lrs, cfg, rt)
+    step = train_py_step(net, YOLOXLoss(80, kernels=rt.kernels), lrs, cfg, rt)
     batch, size, max_objects = (
         int(cfg.train.batch_size),
         int(cfg.data.img_size[0]),

@@ -118,10 +118,12 @@ def msdet_side(args, overrides: list[str]) -> dict:
     from msdet.models.yolox import build_model
 
     stages.mark("import + runtime")
-    net = build_model(cfg.model, args.num_classes)
+    net = build_model(cfg.model, args.num_classes, rt.kernels)
     net = apply_amp(net, rt)
     stages.mark("network built")
-    loss = YOLOXLoss(args.num_classes, assigner_rule=str(cfg.train.assigner.rule))
+    loss = YOLOXLoss(
+        args.num_classes, assigner_rule=str(cfg.train.assigner.rule), kernels=rt.kernels
+    )
     lrs = yolox_lr_schedule(0.01, args.steps + 2, 1, 0, 0)
     step = train_py_step(net, loss, lrs, cfg, rt)
     stages.mark("training step built (optimizer, EMA)")
@@ -142,13 +144,13 @@ def msdet_side(args, overrides: list[str]) -> dict:
     from msdet.models.inference import InferenceNet, build_nms
 
     net.set_train(False)
-    infer = InferenceNet(net, build_nms(cfg.eval, args.num_classes))
+    infer = InferenceNet(net, build_nms(cfg.eval, args.num_classes, kernels=rt.kernels))
     for _ in range(2):
         infer(images)[0].asnumpy()
     stages.mark("+ inference graph (2 batches)")
     return {
         "framework": "msdet",
-        "cpu_kernels": list(rt.kernel_names),
+        "cpu_kernels": list(rt.kernels.names),
         "peak_resets": stages.resets,
         "stages": stages.rows,
     }

@@ -44,8 +44,8 @@ def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     ms_range = int(cfg.train.multiscale_range)
     sizes = sizes or all_sizes(base, ms_range)
     batch = int(cfg.train.batch_size)
-    net = build_model(cfg.model, num_classes)
-    loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
+    net = build_model(cfg.model, num_classes, rt.kernels)
+    loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule), kernels=rt.kernels)
     lrs = yolox_lr_schedule(0.01, (len(sizes) + 1) * (steps + 2), 1, 0, 0)
     step = train_py_step(net, loss, lrs, cfg, rt, img_size=base)
     resize = step.net_with_loss

@@ -126,9 +126,9 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
-    net = build_model(cfg.model, 80)
+    net = build_model(cfg.model, 80, rt.kernels)
     lrs = yolox_lr_schedule(0.01, 4 * steps + 10, 1, 0, 0)
-    train_step = train_py_step(net, YOLOXLoss(80), lrs, cfg, rt)
+    train_step = train_py_step(net, YOLOXLoss(80, kernels=rt.kernels), lrs, cfg, rt)
     images, targets, mask = (
         ms.Tensor(a) for a in synthetic_batch(8, 320, 80, int(cfg.data.max_objects), 5)
     )
@@ -167,7 +167,7 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     ops = sum(counts.values())
     return {
         "framework": "msdet",
-        "cpu_kernels": list(rt.kernel_names),
+        "cpu_kernels": list(rt.kernels.names),
         "step_s": round(wall, 4),
         "profiled_step_s": round(median(profiled[1:]), 4),
         "ops_per_step": round(ops / steps),

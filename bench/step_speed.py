@@ -48,9 +48,9 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
     from msdet.models.yolox import build_model
 
     batch, size = int(cfg.train.batch_size), int(cfg.data.img_size[0])
-    net = build_model(cfg.model, num_classes)
+    net = build_model(cfg.model, num_classes, rt.kernels)
     net = apply_amp(net, rt)
-    loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule))
+    loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule), kernels=rt.kernels)
     lrs = yolox_lr_schedule(0.01, steps + warmup + 1, 1, 0, 0)
     step = train_py_step(net, loss, lrs, cfg, rt)
     images, targets, mask = (
@@ -76,7 +76,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
         "max_objects": int(cfg.data.max_objects),
         "amp": rt.amp_level,
         "mode": rt.mode,
-        "cpu_kernels": list(rt.kernel_names),
+        "cpu_kernels": list(rt.kernels.names),
         "first_step_s": round(first, 3),
         "step_s": round(t, 4),
         "images_per_s": round(batch / t, 2),
@@ -92,9 +92,9 @@ def run_infer(cfg, rt, steps: int, warmup: int, num_classes: int) -> dict:
     from msdet.models.yolox import build_model
 
     batch, size = int(cfg.eval.batch_size), int(cfg.eval.img_size[0])
-    net = build_model(cfg.model, num_classes)
+    net = build_model(cfg.model, num_classes, rt.kernels)
     net.set_train(False)
-    infer = InferenceNet(net, build_nms(cfg.eval, num_classes))
+    infer = InferenceNet(net, build_nms(cfg.eval, num_classes, kernels=rt.kernels))
     images = ms.Tensor(synthetic_batch(batch, size, num_classes, 1, 0)[0])
     first, t = timed(lambda: infer(images)[0].asnumpy(), steps, warmup)
     return {
@@ -104,7 +104,7 @@ def run_infer(cfg, rt, steps: int, warmup: int, num_classes: int) -> dict:
         "batch": batch,
         "img_size": size,
         "mode": rt.mode,
-        "cpu_kernels": list(rt.kernel_names),
+        "cpu_kernels": list(rt.kernels.names),
         "first_step_s": round(first, 3),
         "batch_s": round(t, 4),
         "images_per_s": round(batch / t, 2),

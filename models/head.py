@@ -10,7 +10,7 @@ from mindspore.common.initializer import Constant
 
 from msdet.models.layers import BaseConv, conv2d, conv_block
 from msdet.ops.boxes import decode_boxes
-from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.transpose import swap_last_axes_op
 
 
@@ -48,6 +48,7 @@ class YOLOXHead(nn.Cell):
         act: str = "silu",
         depthwise: bool = False,
         prior_prob: float = 0.01,
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
         self.num_classes = num_classes
@@ -55,7 +56,7 @@ class YOLOXHead(nn.Cell):
         self.num_levels = len(in_channels)
         # On CPU, the outputs' [B, 5 + C, A] -> [B, A, 5 + C] swap on msdet's kernel
         # (ops.transpose: the same bits, without MindSpore's per-element index table).
-        library = custom_kernel_library("transpose")
+        library = kernels.library_for("transpose")
         self.swap = swap_last_axes_op(library) if library else None
         conv = conv_block(depthwise)
         hidden = int(256 * width)
@@ -68,15 +69,17 @@ class YOLOXHead(nn.Cell):
         self.reg_preds = nn.CellList()
         self.obj_preds = nn.CellList()
         for c in in_channels:
-            self.stems.append(BaseConv(int(c * width), hidden, 1, 1, act=act))
+            self.stems.append(BaseConv(int(c * width), hidden, 1, 1, act=act, kernels=kernels))
             self.cls_convs.append(
                 nn.SequentialCell(
-                    conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act)
+                    conv(hidden, hidden, 3, 1, act=act, kernels=kernels),
+                    conv(hidden, hidden, 3, 1, act=act, kernels=kernels),
                 )
             )
             self.reg_convs.append(
                 nn.SequentialCell(
-                    conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act)
+                    conv(hidden, hidden, 3, 1, act=act, kernels=kernels),
+                    conv(hidden, hidden, 3, 1, act=act, kernels=kernels),
                 )
             )
             cls_pred = conv2d(hidden, num_classes, 1, bias=True)

@@ -12,27 +12,34 @@ from typing import Any
 
 from mindspore import nn
 
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.nms import BatchedNMS, HostNMS
 
 log = logging.getLogger(__name__)
 
 
 def build_nms(
-    eval_cfg: Any, num_classes: int, on_host: bool = False, conf_thresh: float | None = None
+    eval_cfg: Any,
+    num_classes: int,
+    on_host: bool = False,
+    conf_thresh: float | None = None,
+    kernels: CpuKernels = NATIVE,
 ) -> BatchedNMS | HostNMS:
     """:class:`BatchedNMS` from the ``eval`` config group (conf_thresh, nms_iou, ...), or
     with ``on_host`` (``Runtime.host_nms``: the chip's NMSWithMask is float16 only) the
     same post-processing with the suppression on the host (:class:`ops.nms.HostNMS`).
-    ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py: ``predict.conf``)."""
-    kind = HostNMS if on_host else BatchedNMS
-    return kind(
-        num_classes,
-        conf_thresh=float(eval_cfg.conf_thresh if conf_thresh is None else conf_thresh),
-        iou_thresh=float(eval_cfg.nms_iou),
-        pre_nms_topk=int(eval_cfg.pre_nms_topk),
-        max_det=int(eval_cfg.max_det),
-        class_agnostic=bool(eval_cfg.class_agnostic),
-    )
+    ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py: ``predict.conf``);
+    ``kernels`` says whether the suppression runs on msdet's CPU kernel."""
+    settings = {
+        "conf_thresh": float(eval_cfg.conf_thresh if conf_thresh is None else conf_thresh),
+        "iou_thresh": float(eval_cfg.nms_iou),
+        "pre_nms_topk": int(eval_cfg.pre_nms_topk),
+        "max_det": int(eval_cfg.max_det),
+        "class_agnostic": bool(eval_cfg.class_agnostic),
+    }
+    if on_host:
+        return HostNMS(num_classes, **settings)
+    return BatchedNMS(num_classes, **settings, library=kernels.library_for("nms"))
 
 
 class InferenceNet(nn.Cell):

@@ -15,7 +15,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import HeUniform, Uniform
 
 from msdet.ops.batchnorm_silu import BatchNormSiLU
-from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.depthwise import STRIDES as CUSTOM_DEPTHWISE_STRIDES
 from msdet.ops.depthwise import DepthwiseConv2d
 from msdet.ops.focus_conv import focus_conv_op, space_to_depth_weight
@@ -36,23 +36,24 @@ def conv2d(
     stride: int = 1,
     groups: int = 1,
     bias: bool = False,
+    kernels: CpuKernels = NATIVE,
 ) -> nn.Cell:
     """A Conv2d with PyTorch's padding and default initialisation.
 
     PyTorch initialises conv weights with kaiming_uniform(a=sqrt(5)) and biases with
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in counts the input channels of one group.
-    A depthwise convolution runs on the compiled CPU kernel when the device module enabled
-    msdet's kernels (``ops.depthwise``; same parameter, same values), on ``nn.Conv2d``
-    otherwise.
+    A depthwise and a 1x1 convolution run on msdet's compiled CPU kernels when ``kernels``
+    holds them (``ops.depthwise``, ``ops.pointwise_conv``; same parameter, same values), on
+    ``nn.Conv2d`` otherwise.
     """
     pad = (ksize - 1) // 2
     fan_in = (in_channels // groups) * ksize * ksize
     weight_init = HeUniform(negative_slope=math.sqrt(5))
-    library = custom_kernel_library("depthwise")
+    library = kernels.library_for("depthwise")
     depthwise = groups == in_channels == out_channels and groups > 1 and not bias
     if library and depthwise and ksize % 2 == 1 and stride in CUSTOM_DEPTHWISE_STRIDES:
         return DepthwiseConv2d(in_channels, ksize, stride, weight_init, library)
-    library = custom_kernel_library("pointwise")
+    library = kernels.library_for("pointwise")
     if library and ksize == 1 and stride == 1 and groups == 1 and not bias:
         return PointwiseConv2d(in_channels, out_channels, weight_init, library)
     return nn.Conv2d(
@@ -83,7 +84,7 @@ def activation(name: str) -> nn.Cell:
 class BaseConv(nn.Cell):
     """Conv2d -> BatchNorm -> activation, 'same' padding for odd kernels.
 
-    With msdet's CPU kernels enabled, BatchNorm + SiLU runs as one fused operator
+    When ``kernels`` holds ``batchnorm_silu``, BatchNorm + SiLU runs as one fused operator
     (``ops.batchnorm_silu``) on ``bn``'s parameters, with the batch statistics or the
     running ones as ``bn`` would choose (training, evaluation, a BatchNorm frozen by
     ``use_batch_statistics=False``); other activations keep ``bn`` and ``act``.
@@ -98,12 +99,13 @@ class BaseConv(nn.Cell):
         groups: int = 1,
         bias: bool = False,
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
-        self.conv = conv2d(in_channels, out_channels, ksize, stride, groups, bias)
+        self.conv = conv2d(in_channels, out_channels, ksize, stride, groups, bias, kernels)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
         self.act = activation(act)
-        library = custom_kernel_library("batchnorm_silu")
+        library = kernels.library_for("batchnorm_silu")
         self.fused = (
             BatchNormSiLU(BN_EPS, BN_MOMENTUM, library) if library and act == "silu" else None
         )
@@ -132,11 +134,19 @@ class DWConv(nn.Cell):
     """Depthwise conv followed by a pointwise (1x1) conv, each with BN and activation."""
 
     def __init__(
-        self, in_channels: int, out_channels: int, ksize: int, stride: int = 1, act: str = "silu"
+        self,
+        in_channels: int,
+        out_channels: int,
+        ksize: int,
+        stride: int = 1,
+        act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
-        self.dconv = BaseConv(in_channels, in_channels, ksize, stride, groups=in_channels, act=act)
-        self.pconv = BaseConv(in_channels, out_channels, 1, 1, act=act)
+        self.dconv = BaseConv(
+            in_channels, in_channels, ksize, stride, groups=in_channels, act=act, kernels=kernels
+        )
+        self.pconv = BaseConv(in_channels, out_channels, 1, 1, act=act, kernels=kernels)
 
     def construct(self, x):
         return self.pconv(self.dconv(x))
@@ -158,11 +168,12 @@ class Bottleneck(nn.Cell):
         expansion: float = 0.5,
         depthwise: bool = False,
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
         hidden = int(out_channels * expansion)
-        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
-        self.conv2 = conv_block(depthwise)(hidden, out_channels, 3, 1, act=act)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act, kernels=kernels)
+        self.conv2 = conv_block(depthwise)(hidden, out_channels, 3, 1, act=act, kernels=kernels)
         self.use_add = shortcut and in_channels == out_channels
 
     def construct(self, x):
@@ -175,10 +186,10 @@ class Bottleneck(nn.Cell):
 class ResLayer(nn.Cell):
     """Darknet's residual block: 1x1 conv to half the channels, 3x3 conv back, plus input."""
 
-    def __init__(self, channels: int, act: str = "lrelu"):
+    def __init__(self, channels: int, act: str = "lrelu", kernels: CpuKernels = NATIVE):
         super().__init__()
-        self.layer1 = BaseConv(channels, channels // 2, 1, 1, act=act)
-        self.layer2 = BaseConv(channels // 2, channels, 3, 1, act=act)
+        self.layer1 = BaseConv(channels, channels // 2, 1, 1, act=act, kernels=kernels)
+        self.layer2 = BaseConv(channels // 2, channels, 3, 1, act=act, kernels=kernels)
 
     def construct(self, x):
         return x + self.layer2(self.layer1(x))
@@ -193,10 +204,11 @@ class SPPBottleneck(nn.Cell):
         out_channels: int,
         kernel_sizes: tuple[int, ...] = (5, 9, 13),
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
         hidden = in_channels // 2
-        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act, kernels=kernels)
         # A k-pool of a k-pool is a (2k-1)-pool (stride 1, -inf padding), so 5/9/13 is
         # computed as three chained 5x5 pools (YOLOv5's SPPF trick): identical values,
         # 2x faster on CPU where large-window MaxPoolGrad is slow.
@@ -207,9 +219,11 @@ class SPPBottleneck(nn.Cell):
         self.m = nn.CellList([nn.MaxPool2d(k, 1, pad_mode="same") for k in sizes])
         # On CPU, the chained 5x5 pools and the concatenation as one compiled operator
         # (ops.spp_pool: the same values).
-        library = custom_kernel_library("spp") if self.chained and k0 == 5 else None
+        library = kernels.library_for("spp") if self.chained and k0 == 5 else None
         self.fused = spp_pools_op(library, len(sizes)) if library else None
-        self.conv2 = BaseConv(hidden * (len(kernel_sizes) + 1), out_channels, 1, 1, act=act)
+        self.conv2 = BaseConv(
+            hidden * (len(kernel_sizes) + 1), out_channels, 1, 1, act=act, kernels=kernels
+        )
 
     def construct(self, x):
         x = self.conv1(x)
@@ -235,14 +249,18 @@ class CSPLayer(nn.Cell):
         expansion: float = 0.5,
         depthwise: bool = False,
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
         hidden = int(out_channels * expansion)
-        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
-        self.conv2 = BaseConv(in_channels, hidden, 1, 1, act=act)
-        self.conv3 = BaseConv(2 * hidden, out_channels, 1, 1, act=act)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act, kernels=kernels)
+        self.conv2 = BaseConv(in_channels, hidden, 1, 1, act=act, kernels=kernels)
+        self.conv3 = BaseConv(2 * hidden, out_channels, 1, 1, act=act, kernels=kernels)
         self.m = nn.SequentialCell(
-            [Bottleneck(hidden, hidden, shortcut, 1.0, depthwise, act=act) for _ in range(n)]
+            [
+                Bottleneck(hidden, hidden, shortcut, 1.0, depthwise, act=act, kernels=kernels)
+                for _ in range(n)
+            ]
         )
 
     def construct(self, x):
@@ -261,11 +279,12 @@ class Focus(nn.Cell):
         ksize: int = 1,
         stride: int = 1,
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
-        self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)
+        self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act, kernels=kernels)
         self.phases = ms.Tensor(space_to_depth_weight(in_channels))
-        library = custom_kernel_library("focus")
+        library = kernels.library_for("focus")
         # The phases and the 3x3 convolution in one compiled operator (ops.focus_conv), on
         # the same weight Parameter; float32 only (not under AMP's float16).
         self.fused = focus_conv_op(library) if library and (ksize, stride) == (3, 1) else None
@@ -285,13 +304,13 @@ class Focus(nn.Cell):
 
 class Upsample2x(nn.Cell):
     """Nearest-neighbour 2x upsampling (PyTorch's nn.Upsample(scale_factor=2)) as a Cell: on
-    the compiled CPU kernel when the device module enabled msdet's ``upsample`` kernel, on
-    reshape + tile otherwise (``ops.upsample``: the two give the same bits, forward and
-    gradient). No parameters."""
+    msdet's compiled CPU kernel when ``kernels`` holds ``upsample``, on reshape + tile
+    otherwise (``ops.upsample``: the two give the same bits, forward and gradient). No
+    parameters."""
 
-    def __init__(self):
+    def __init__(self, kernels: CpuKernels = NATIVE):
         super().__init__()
-        library = custom_kernel_library("upsample")
+        library = kernels.library_for("upsample")
         self.op = upsample2x_op(library) if library else None
 
     def construct(self, x):

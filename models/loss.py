@@ -14,6 +14,7 @@ from mindspore import Parameter, nn, ops
 
 from msdet.ops.assigner import SimOTAAssigner
 from msdet.ops.boxes import decode_boxes
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.loss_terms import LossTerms
 
 
@@ -27,6 +28,7 @@ class YOLOXLoss(nn.Cell):
 
     ``iou`` is already multiplied by its weight, as the original reports it. Targets are
     ``[B, M, 5]`` rows (class, cx, cy, w, h) in input pixels with a ``[B, M]`` mask.
+    ``kernels``: msdet's CPU kernels for the assignment and the terms (none by default).
     """
 
     def __init__(
@@ -35,12 +37,17 @@ class YOLOXLoss(nn.Cell):
         iou_weight: float = 5.0,
         assigner_rule: str = "yolox-0.3.0",
         center_radius: float | None = None,
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
         self.num_classes = num_classes
         self.iou_weight = iou_weight
-        self.assigner = SimOTAAssigner(num_classes, assigner_rule, center_radius)
-        self.terms = LossTerms(num_classes)
+        self.assigner = SimOTAAssigner(
+            num_classes, assigner_rule, center_radius, kernels.library_for("assigner")
+        )
+        self.terms = LossTerms(
+            num_classes, kernels.library_for("loss_terms"), kernels.library_for("class_bce")
+        )
         # 1.0 during the no-augmentation epochs; a Parameter so that changing it does not
         # recompile the graph (and it travels into checkpoints for resume).
         self.use_l1 = Parameter(ms.Tensor(0.0, ms.float32), name="use_l1", requires_grad=False)

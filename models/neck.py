@@ -7,6 +7,7 @@ from mindspore import nn, ops
 
 from msdet.models.backbone import CSPDarknet, Darknet53
 from msdet.models.layers import BaseConv, CSPLayer, Upsample2x, conv_block
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 
 
 class YOLOPAFPN(nn.Cell):
@@ -35,22 +36,23 @@ class YOLOPAFPN(nn.Cell):
         in_channels: tuple[int, int, int] = (256, 512, 1024),
         depthwise: bool = False,
         act: str = "silu",
+        kernels: CpuKernels = NATIVE,
     ):
         super().__init__()
-        self.backbone = CSPDarknet(depth, width, depthwise=depthwise, act=act)
+        self.backbone = CSPDarknet(depth, width, depthwise=depthwise, act=act, kernels=kernels)
         conv = conv_block(depthwise)
         c3, c4, c5 = (int(c * width) for c in in_channels)
         n = round(3 * depth)
 
-        self.lateral_conv0 = BaseConv(c5, c4, 1, 1, act=act)
-        self.C3_p4 = CSPLayer(2 * c4, c4, n, False, depthwise=depthwise, act=act)
-        self.reduce_conv1 = BaseConv(c4, c3, 1, 1, act=act)
-        self.C3_p3 = CSPLayer(2 * c3, c3, n, False, depthwise=depthwise, act=act)
-        self.bu_conv2 = conv(c3, c3, 3, 2, act=act)
-        self.C3_n3 = CSPLayer(2 * c3, c4, n, False, depthwise=depthwise, act=act)
-        self.bu_conv1 = conv(c4, c4, 3, 2, act=act)
-        self.C3_n4 = CSPLayer(2 * c4, c5, n, False, depthwise=depthwise, act=act)
-        self.upsample = Upsample2x()
+        self.lateral_conv0 = BaseConv(c5, c4, 1, 1, act=act, kernels=kernels)
+        self.C3_p4 = CSPLayer(2 * c4, c4, n, False, depthwise=depthwise, act=act, kernels=kernels)
+        self.reduce_conv1 = BaseConv(c4, c3, 1, 1, act=act, kernels=kernels)
+        self.C3_p3 = CSPLayer(2 * c3, c3, n, False, depthwise=depthwise, act=act, kernels=kernels)
+        self.bu_conv2 = conv(c3, c3, 3, 2, act=act, kernels=kernels)
+        self.C3_n3 = CSPLayer(2 * c3, c4, n, False, depthwise=depthwise, act=act, kernels=kernels)
+        self.bu_conv1 = conv(c4, c4, 3, 2, act=act, kernels=kernels)
+        self.C3_n4 = CSPLayer(2 * c4, c5, n, False, depthwise=depthwise, act=act, kernels=kernels)
+        self.upsample = Upsample2x(kernels)
 
     def construct(self, x):
         x2, x1, x0 = self.backbone(x)
@@ -77,27 +79,29 @@ class YOLOFPN(nn.Cell):
     BLOCKS = ("out1_cbl", "out1", "out2_cbl", "out2")
     OUT_CHANNELS = (128, 256, 512)
 
-    def __init__(self, act: str = "lrelu"):
+    def __init__(self, act: str = "lrelu", kernels: CpuKernels = NATIVE):
         super().__init__()
-        self.backbone = Darknet53(act=act)
+        self.backbone = Darknet53(act=act, kernels=kernels)
         dark3, dark4, dark5 = Darknet53.OUT_CHANNELS
         c3, c4, _ = self.OUT_CHANNELS
-        self.out1_cbl = BaseConv(dark5, c4, 1, 1, act=act)
-        self.out1 = self._embedding(c4 + dark4, c4, act)
-        self.out2_cbl = BaseConv(c4, c3, 1, 1, act=act)
-        self.out2 = self._embedding(c3 + dark3, c3, act)
-        self.upsample = Upsample2x()
+        self.out1_cbl = BaseConv(dark5, c4, 1, 1, act=act, kernels=kernels)
+        self.out1 = self._embedding(c4 + dark4, c4, act, kernels)
+        self.out2_cbl = BaseConv(c4, c3, 1, 1, act=act, kernels=kernels)
+        self.out2 = self._embedding(c3 + dark3, c3, act, kernels)
+        self.upsample = Upsample2x(kernels)
 
     @staticmethod
-    def _embedding(in_channels: int, channels: int, act: str) -> nn.SequentialCell:
+    def _embedding(
+        in_channels: int, channels: int, act: str, kernels: CpuKernels
+    ) -> nn.SequentialCell:
         """1x1 to ``channels``, then 3x3 (2x channels) / 1x1 (back) twice."""
         wide = 2 * channels
         return nn.SequentialCell(
-            BaseConv(in_channels, channels, 1, 1, act=act),
-            BaseConv(channels, wide, 3, 1, act=act),
-            BaseConv(wide, channels, 1, 1, act=act),
-            BaseConv(channels, wide, 3, 1, act=act),
-            BaseConv(wide, channels, 1, 1, act=act),
+            BaseConv(in_channels, channels, 1, 1, act=act, kernels=kernels),
+            BaseConv(channels, wide, 3, 1, act=act, kernels=kernels),
+            BaseConv(wide, channels, 1, 1, act=act, kernels=kernels),
+            BaseConv(channels, wide, 3, 1, act=act, kernels=kernels),
+            BaseConv(wide, channels, 1, 1, act=act, kernels=kernels),
         )
 
     def construct(self, x):

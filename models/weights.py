@@ -17,6 +17,7 @@ import numpy as np
 
 from msdet.models.description import Description, DescriptionError, contradictions, read_description
 from msdet.models.yolox import YOLOX, build_model
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 
 EMA_PREFIX = "ema."
 
@@ -106,7 +107,11 @@ def checkpoint_num_classes(path: str) -> int:
 
 
 def load_detector(
-    model_cfg: Any, ckpt: str, num_classes: int | None = None, use_ema: bool = True
+    model_cfg: Any,
+    ckpt: str,
+    num_classes: int | None = None,
+    use_ema: bool = True,
+    kernels: CpuKernels = NATIVE,
 ) -> tuple[YOLOX, bool]:
     """A YOLOX with a checkpoint's weights (EMA when present), in inference mode.
 
@@ -115,7 +120,7 @@ def load_detector(
     """
     if model_cfg.get("num_classes") is None and num_classes is None:
         num_classes = checkpoint_num_classes(ckpt)
-    net = build_model(model_cfg, num_classes)
+    net = build_model(model_cfg, num_classes, kernels)
     used_ema = load_weights(net, ckpt, use_ema=use_ema)
     net.set_train(False)
     return net, used_ema
@@ -127,6 +132,7 @@ def load_described_detector(
     typed_overrides: dict[str, str] | None = None,
     num_classes: int | None = None,
     use_ema: bool = True,
+    kernels: CpuKernels = NATIVE,
 ) -> tuple[YOLOX, bool, Description | None]:
     """A checkpoint's detector built from its own description, in inference mode.
 
@@ -135,12 +141,13 @@ def load_described_detector(
     composed ``model`` config cannot tell a default from a choice). A checkpoint without a
     description (written before msdet had them) is built from ``fallback_model_cfg`` and
     ``num_classes`` (else its head's class count), as before. Returns the network, whether
-    EMA weights were loaded, and the description (None for such a checkpoint).
+    EMA weights were loaded, and the description (None for such a checkpoint). ``kernels``:
+    msdet's CPU kernels the network runs on (none by default).
     """
     params = read_checkpoint(ckpt)
     description = read_description(params, ckpt)
     if description is None:
-        net, used_ema = load_detector(fallback_model_cfg, ckpt, num_classes, use_ema)
+        net, used_ema = load_detector(fallback_model_cfg, ckpt, num_classes, use_ema, kernels)
         return net, used_ema, None
     problems = contradictions(description, typed_overrides or {})
     if problems:
@@ -149,7 +156,7 @@ def load_described_detector(
         raise DescriptionError(
             f"{ckpt} predicts {description.num_classes} classes, the data has {num_classes}"
         )
-    net = build_model(description.model_config(), description.num_classes)
+    net = build_model(description.model_config(), description.num_classes, kernels)
     used_ema = load_weights(net, ckpt, use_ema=use_ema, params=params)
     net.set_train(False)
     return net, used_ema, description

@@ -12,6 +12,7 @@ from msdet.common.config import CONFIG_DIR
 from msdet.models.head import YOLOXHead
 from msdet.models.neck import YOLOFPN, YOLOPAFPN
 from msdet.ops.batchnorm_silu import BatchNormSiLU
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 
 MODEL_CONFIG_DIR = os.path.join(CONFIG_DIR, "model")
 
@@ -75,10 +76,12 @@ class YOLOX(nn.Cell):
         return self.head(self.backbone(x))
 
 
-def build_model(cfg: Any, num_classes: int | None = None) -> YOLOX:
+def build_model(cfg: Any, num_classes: int | None = None, kernels: CpuKernels = NATIVE) -> YOLOX:
     """Build a YOLOX from the ``model`` config group (see :func:`architecture`).
 
-    ``num_classes`` (from the dataset) is used when ``cfg.num_classes`` is null.
+    ``num_classes`` (from the dataset) is used when ``cfg.num_classes`` is null;
+    ``kernels`` are msdet's CPU kernels its layers run on (``Runtime.kernels``; none by
+    default: MindSpore's operators, as an exported model needs).
     """
     classes = cfg.num_classes if cfg.get("num_classes") is not None else num_classes
     if classes is None or int(classes) < 1:
@@ -92,6 +95,7 @@ def build_model(cfg: Any, num_classes: int | None = None) -> YOLOX:
             in_channels=tuple(arch["in_channels"]),
             depthwise=arch["depthwise"],
             act=arch["act"],
+            kernels=kernels,
         )
     elif kind == ("darknet53", "yolofpn"):
         # Darknet53 has one size: a multiplier here would silently not apply to it.
@@ -100,7 +104,7 @@ def build_model(cfg: Any, num_classes: int | None = None) -> YOLOX:
         wrong = {k: arch[k] for k, v in fixed.items() if arch[k] != v}
         if wrong:
             raise ValueError(f"model.backbone=darknet53 needs {fixed}; got {wrong}")
-        neck = YOLOFPN(act=arch["act"])
+        neck = YOLOFPN(act=arch["act"], kernels=kernels)
     else:
         raise ValueError(
             "model.backbone/model.neck must be cspdarknet/pafpn or darknet53/yolofpn, "
@@ -113,6 +117,7 @@ def build_model(cfg: Any, num_classes: int | None = None) -> YOLOX:
         act=arch["act"],
         depthwise=arch["depthwise"],
         prior_prob=float(cfg.get("prior_prob", 0.01)),
+        kernels=kernels,
     )
     return YOLOX(neck, head)
 

@@ -35,8 +35,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from msdet.ops.aot import aot_op
 from msdet.ops.boxes import pairwise_iou_cxcywh
-from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 RULES = ("yolox-0.3.0", "yolox-latest")
 DEFAULT_RADIUS = {"yolox-0.3.0": 2.5, "yolox-latest": 1.5}
@@ -72,7 +72,7 @@ class SimOTAAssigner(nn.Cell):
         num_classes: int,
         rule: str = "yolox-0.3.0",
         center_radius: float | None = None,
-        library: str | None = FROM_RUNTIME,
+        library: str | None = None,
     ):
         super().__init__()
         if rule not in RULES:
@@ -81,8 +81,6 @@ class SimOTAAssigner(nn.Cell):
         self.center_only = rule == "yolox-latest"
         self.radius = float(center_radius if center_radius is not None else DEFAULT_RADIUS[rule])
         self.penalty = GEOMETRY_PENALTY[rule]
-        if library == FROM_RUNTIME:
-            library = custom_kernel_library("assigner")
         self.pairs_op = simota_pairs_op(library) if library else None
         self.class_cost_op = simota_class_cost_op(library) if library else None
         self.match_op = simota_match_op(library) if library else None
@@ -239,13 +237,7 @@ def simota_pairs_op(library: str):
             zeros(hyper),
         )
 
-    return ops.Custom(
-        f"{library}:SimotaPairs",
-        out_shape=_pairs_shapes,
-        out_dtype=_pairs_dtypes,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "SimotaPairs", _pairs_shapes, _pairs_dtypes, bprop=bprop)
 
 
 def _class_cost_shape(cls_logits, obj_logits, gt_classes):
@@ -265,13 +257,7 @@ def simota_class_cost_op(library: str):
         zeros = ops.zeros_like
         return zeros(cls_logits), zeros(obj_logits), zeros(gt_classes)
 
-    return ops.Custom(
-        f"{library}:SimotaClassCost",
-        out_shape=_class_cost_shape,
-        out_dtype=_class_cost_dtype,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "SimotaClassCost", _class_cost_shape, _class_cost_dtype, bprop=bprop)
 
 
 def _match_shapes(cost, ious, gt_mask):
@@ -291,13 +277,7 @@ def simota_match_op(library: str):
     def bprop(cost, ious, gt_mask, out, dout):
         return ops.zeros_like(cost), ops.zeros_like(ious), ops.zeros_like(gt_mask)
 
-    return ops.Custom(
-        f"{library}:SimotaMatch",
-        out_shape=_match_shapes,
-        out_dtype=_match_dtypes,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "SimotaMatch", _match_shapes, _match_dtypes, bprop=bprop)
 
 
 def _inside(cx, cy, gx, gy, half_w, half_h):

@@ -14,11 +14,7 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from msdet.ops.inplace import in_place_op
-
-
-def _first(first, *_):
-    return first
+from msdet.ops.aot import aot_op, in_place_op, same_as_first
 
 
 def _forward_shapes(x, gamma, *_):
@@ -40,12 +36,7 @@ def batchnorm_silu_op(library: str):
     """``(x, gamma, beta, running mean, running variance, (eps, keep)) -> (silu(batchnorm(x)),
     batch mean, batch variance)`` with its backward attached, moving the running statistics
     in place; the batch variance is the biased one that normalises."""
-    grad = ops.Custom(
-        f"{library}:BatchNormSiluGrad",
-        out_shape=_grad_shapes,
-        out_dtype=_dtypes(3),
-        func_type="aot",
-    )
+    grad = aot_op(library, "BatchNormSiluGrad", _grad_shapes, _dtypes(3))
 
     def bprop(x, gamma, beta, running_mean, running_var, hyper, out, dout):
         # Only y carries a gradient; the statistics feed the running averages.
@@ -53,10 +44,11 @@ def batchnorm_silu_op(library: str):
         zeros = ops.zeros_like
         return dx, dgamma, dbeta, zeros(running_mean), zeros(running_var), zeros(hyper)
 
-    # The running statistics are written in place (ops.inplace), as MindSpore's own
+    # The running statistics are written in place (ops.aot), as MindSpore's own
     # BatchNorm writes them: the graph passes the Parameters and orders their other uses.
     return in_place_op(
-        f"{library}:BatchNormSiluForward",
+        library,
+        "BatchNormSiluForward",
         ["x", "gamma", "beta", "running_mean", "running_var", "hyper"],
         {"running_mean", "running_var"},
         _forward_shapes,
@@ -81,12 +73,7 @@ class BatchNormSiLU(nn.Cell):
     def __init__(self, eps: float, momentum: float, library: str):
         super().__init__()
         self.op = batchnorm_silu_op(library)
-        self.infer_op = ops.Custom(
-            f"{library}:BatchNormSiluInfer",
-            out_shape=_first,
-            out_dtype=_first,
-            func_type="aot",
-        )
+        self.infer_op = aot_op(library, "BatchNormSiluInfer", same_as_first)
         # (eps, weight of the running value): MindSpore's BatchNorm momentum convention
         self.hyper = Tensor(np.array([eps, momentum], np.float32))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.aot import aot_op
 
 
 def bce_with_logits(logits: Tensor, targets: Tensor) -> Tensor:
@@ -42,17 +42,11 @@ def _logits(x, *_):
     return tuple(x)
 
 
-def _float(x, *_):
-    return x
-
-
 def class_bce_op(library: str):
     """``(logits [..., C], cls [...] int32, iou [...], weight [...]) -> loss [...]``, the
     compiled :class:`ClassBCE`, with its backward attached (the logits' gradient only: the
     loss detaches the targets and weights)."""
-    grad = ops.Custom(
-        f"{library}:ClassBceGrad", out_shape=_logits, out_dtype=_float, func_type="aot"
-    )
+    grad = aot_op(library, "ClassBceGrad", _logits)
 
     def bprop(logits, cls, iou, weight, out, dout):
         return (
@@ -62,13 +56,7 @@ def class_bce_op(library: str):
             ops.zeros_like(weight),
         )
 
-    return ops.Custom(
-        f"{library}:ClassBceForward",
-        out_shape=_rows,
-        out_dtype=_float,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "ClassBceForward", _rows, bprop=bprop)
 
 
 class ClassBCE(nn.Cell):
@@ -77,12 +65,10 @@ class ClassBCE(nn.Cell):
     ``cls`` and 0 for the others (YOLOX's IoU-aware one-hot target). Inputs ``logits
     [B, A, C]`` float32, ``cls [B, A]`` int32, ``iou, weight [B, A]``; output ``[B, A]``."""
 
-    def __init__(self, num_classes: int, library: str | None = FROM_RUNTIME):
+    def __init__(self, num_classes: int, library: str | None = None):
         super().__init__()
         self.num_classes = num_classes
         self.bce = BCEWithLogits()
-        if library == FROM_RUNTIME:
-            library = custom_kernel_library("class_bce")
         self.op = class_bce_op(library) if library else None
 
     def construct(self, logits, cls, iou, weight):

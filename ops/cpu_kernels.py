@@ -1,33 +1,28 @@
 """msdet's compiled CPU operators: one library built from ``ops/kernels/*.cc``.
 
-MindSpore 2.10's CPU backend leaves eleven spots of YOLOX slow or large (BENCHMARKS.md):
-depthwise convolutions run through im2col + GEMM, conv -> BatchNorm -> SiLU runs as seven
-element-wise operators plus a slow BatchNormGrad, the neck's 2x upsampling runs as a
-slow ``Tile`` and a ``ReduceSum``, SPP's max-pools have a slow ``MaxPoolGrad``, the head's
-``Transpose`` keeps an index per element, SimOTA's assignment runs as ~100 small operators
-over [B, M, A], the loss's class term runs as a dozen element-wise operators and a slow
-``ReduceSum`` over every anchor's classes, the loss's four terms together take ~60
-operators around the head's output, ``NMSWithMask`` works on every candidate slot, valid
-or not, SGD runs one operator per parameter, and the EMA reshapes every parameter into one
-buffer. ``ops.depthwise``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.spp_pool``,
+MindSpore 2.10's CPU backend runs thirteen parts of YOLOX through slow or memory-hungry
+paths: depthwise and 1x1 convolutions, the Focus stem, BatchNorm + SiLU, the neck's 2x
+upsampling, SPP's max-pools, the head's transpose, SimOTA's assignment, the loss's class
+term and its four terms, NMS, SGD and the EMA. ``ops.depthwise``, ``ops.pointwise_conv``,
+``ops.focus_conv``, ``ops.batchnorm_silu``, ``ops.upsample``, ``ops.spp_pool``,
 ``ops.transpose``, ``ops.assigner``, ``ops.bce``, ``ops.loss_terms``, ``ops.nms``,
-``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators whose
-C++ lives in ``kernels/``. The library is compiled once with the system C++ compiler and
-optimisation flags (MindSpore would compile a ``.cc`` itself, but without any) into a cache folder
-outside the source tree, keyed by the sources, the compiler, the flags and the CPU, so a
-cache shared between machines never hands one CPU's ``-march=native`` code to another.
+``ops.sgd`` and ``ops.ema`` put them on ``ops.Custom(func_type="aot")`` operators
+(``ops.aot``) whose C++ lives in ``kernels/``; each module's docstring says what
+MindSpore's own path costs. The library is compiled once with the system C++ compiler and
+optimisation flags (MindSpore would compile a ``.cc`` itself, but without any) into a
+cache folder outside the source tree, keyed by the sources, the compiler, the flags and the
+CPU, so a cache shared between machines never hands one CPU's ``-march=native`` code to
+another.
 
-The switch is process-wide and set by the device module (``engine.runtime``): on CPU it
-calls :func:`enable` with the kernels to use (``runtime.cpu_kernels=auto``: those that
-``ops.kernel_choice`` measured to be faster on this CPU); models ask
-:func:`custom_kernel_library` for each kernel when they are built and keep MindSpore's
-operator when it is None (GPU, Ascend, mixed precision, no compiler, export, a kernel that
-lost on this CPU).
+Which kernels a network runs on is a value, :class:`CpuKernels`: the device module decides
+it once per process (``runtime.cpu_kernels``; ``auto``: the kernels ``ops.kernel_choice``
+measured to be faster on this CPU) and the builders take it as an argument. :data:`NATIVE`
+(no kernels) is what GPU, Ascend, mixed precision, a machine without a compiler and an
+exported model get.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import glob
@@ -39,7 +34,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +98,6 @@ LABELS = {
     "sgd": "SGD",
     "ema": "the EMA",
 }
-# The default of a ``library`` argument (ops.assigner, ops.nms): ask
-# :func:`custom_kernel_library`; an explicit path or None (MindSpore's operators) is what
-# ops.kernel_choice passes to compare the two.
-FROM_RUNTIME = "runtime"
 
 
 def kernels_text(kernels: tuple[str, ...] | list[str]) -> str:
@@ -116,48 +107,59 @@ def kernels_text(kernels: tuple[str, ...] | list[str]) -> str:
     return " and ".join(filter(None, (", ".join(names[:-1]), *names[-1:])))
 
 
-_library: str | None = None
-_kernels: tuple[str, ...] = ()
+@dataclass(frozen=True)
+class CpuKernels:
+    """Which of msdet's compiled CPU kernels a network is built with: the library and the
+    kernels taken from it. The empty value, :data:`NATIVE`, builds MindSpore's operators.
+
+    Decided once per process (``engine.runtime.device.setup_cpu_kernels``: what
+    ``runtime.cpu_kernels`` asks for, measured on this CPU for ``auto``; held by the
+    ``Runtime``) and passed to the builders (``build_model``, ``YOLOXLoss``,
+    ``build_optimizer``, ``ModelEMA``, ``BatchedNMS``), each of which asks
+    :meth:`library_for` for its own kernel.
+    """
+
+    library: str | None = None
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.names if k not in KERNELS]
+        if unknown:
+            raise ValueError(f"unknown msdet kernels {unknown}; choose from {KERNELS}")
+        if self.library is None and self.names:
+            raise ValueError(f"the kernels {list(self.names)} need a kernel library")
+        if self.library is not None and not os.path.isfile(self.library):
+            raise FileNotFoundError(f"msdet kernel library {self.library} does not exist")
+        # One order whatever the caller's: equal choices compare (and key caches) equal.
+        object.__setattr__(self, "names", tuple(k for k in KERNELS if k in self.names))
+
+    @classmethod
+    def all(cls, library: str | None) -> CpuKernels:
+        """Every kernel on ``library`` (``runtime.cpu_kernels=msdet``); NATIVE without one."""
+        return cls(library, KERNELS) if library else NATIVE
+
+    def library_for(self, kernel: str) -> str | None:
+        """The library a builder takes ``kernel`` (one of :data:`KERNELS`) from, or None for
+        MindSpore's operator."""
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown msdet kernel {kernel!r}; one of {KERNELS}")
+        return self.library if kernel in self.names else None
+
+    def only(self, *kernels: str) -> CpuKernels:
+        """The same library with exactly ``kernels`` (tests and benchmarks compare them)."""
+        return CpuKernels(self.library, kernels) if kernels and self.library else NATIVE
+
+    @property
+    def key(self) -> str | None:
+        """The library and the kernels in use, as a cache key (both change the compiled
+        graphs); None for MindSpore's operators."""
+        return f"{self.library}:{','.join(self.names)}" if self.names else None
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
 
 
-def custom_kernel_library(kernel: str | None = None) -> str | None:
-    """The compiled kernel library models should use for ``kernel`` (one of
-    :data:`KERNELS`; None: for any of them), or None for MindSpore's operator."""
-    if kernel is not None and kernel not in KERNELS:
-        raise ValueError(f"unknown msdet kernel {kernel!r}; one of {KERNELS}")
-    if kernel is not None and kernel not in _kernels:
-        return None
-    return _library
-
-
-def enabled_kernels() -> tuple[str, ...]:
-    """The kernels models built from now on run on msdet's library (empty: none)."""
-    return _kernels if _library else ()
-
-
-def set_custom_kernel_library(path: str | None, kernels: tuple[str, ...] = KERNELS) -> None:
-    """Set (a path) or clear (None) the kernel library used by models built from now on,
-    for ``kernels`` (default: all of them)."""
-    global _library, _kernels
-    if path is not None and not os.path.isfile(path):
-        raise FileNotFoundError(f"msdet kernel library {path} does not exist")
-    unknown = [k for k in kernels if k not in KERNELS]
-    if unknown:
-        raise ValueError(f"unknown msdet kernels {unknown}; choose from {KERNELS}")
-    _library = path if kernels else None
-    _kernels = tuple(k for k in KERNELS if k in kernels) if path else ()
-
-
-@contextlib.contextmanager
-def kernels_enabled(library: str | None, kernels: tuple[str, ...]) -> Iterator[None]:
-    """Models built inside the block run ``kernels`` on ``library`` (none: MindSpore's
-    operators); the setting before is restored after it (benchmarks, tests)."""
-    previous = _library, _kernels
-    set_custom_kernel_library(library, kernels)
-    try:
-        yield
-    finally:
-        set_custom_kernel_library(previous[0], previous[1])
+NATIVE = CpuKernels()
 
 
 def user_cache_dir(name: str) -> str:
@@ -284,12 +286,11 @@ def set_depthwise_general(library: str, general: bool) -> None:
 
 def enable(
     threads: int = 1, cache_dir: str | None = None, kernels: tuple[str, ...] = KERNELS
-) -> str | None:
-    """Build (or find cached) the kernel library, set its thread count, and make models
-    built from now on use it for ``kernels``; returns its path (None: no compiler,
-    MindSpore's operators)."""
+) -> CpuKernels:
+    """Build (or find cached) the kernel library and set its thread count; returns
+    ``kernels`` on it (NATIVE when there is no compiler: MindSpore's operators)."""
     lib = build_kernel_library(cache_dir)
-    if lib is not None:
-        set_kernel_threads(lib, threads)
-    set_custom_kernel_library(lib, kernels)
-    return lib
+    if lib is None:
+        return NATIVE
+    set_kernel_threads(lib, threads)
+    return CpuKernels(lib, kernels)

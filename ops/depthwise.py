@@ -9,8 +9,10 @@ compiled into msdet's kernel library (``ops.cpu_kernels``). Models build
 
 from __future__ import annotations
 
-from mindspore import Parameter, nn, ops
+from mindspore import Parameter, nn
 from mindspore.common.initializer import initializer
+
+from msdet.ops.aot import aot_op, same_as_first
 
 STRIDES = (1, 2)
 
@@ -28,35 +30,16 @@ def depthwise_ops(library: str, stride: int):
     def fwd_shape(x, w):
         return (x[0], x[1], _conv_out(x[2], w[2], stride), _conv_out(x[3], w[2], stride))
 
-    def same_as_first(first, *_):
-        return first
-
     def weight_shape(_x, _dy, w):
         return w
 
-    grad_input = ops.Custom(
-        f"{library}:DepthwiseConvGradInputS{stride}",
-        out_shape=same_as_first,
-        out_dtype=same_as_first,
-        func_type="aot",
-    )
-    grad_weight = ops.Custom(
-        f"{library}:DepthwiseConvGradWeightS{stride}",
-        out_shape=weight_shape,
-        out_dtype=same_as_first,
-        func_type="aot",
-    )
+    grad_input = aot_op(library, f"DepthwiseConvGradInputS{stride}", same_as_first)
+    grad_weight = aot_op(library, f"DepthwiseConvGradWeightS{stride}", weight_shape)
 
     def bprop(x, w, out, dout):
         return grad_input(x, dout, w), grad_weight(x, dout, w)
 
-    return ops.Custom(
-        f"{library}:DepthwiseConvForwardS{stride}",
-        out_shape=fwd_shape,
-        out_dtype=same_as_first,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, f"DepthwiseConvForwardS{stride}", fwd_shape, bprop=bprop)
 
 
 class DepthwiseConv2d(nn.Cell):

@@ -12,7 +12,7 @@ library enabled for ``"ema"``.
 
 from __future__ import annotations
 
-from msdet.ops.inplace import flag_shape, float32, in_place_op
+from msdet.ops.aot import flag_shape, float32, in_place_op
 
 
 def flat_ema_op(library: str, count: int):
@@ -20,4 +20,4 @@ def flat_ema_op(library: str, count: int):
     buffer)`` (``weight`` = 1 - decay, a float32 tensor); returns a float32 flag [1] and sets
     ``buffer = buffer + (flat(params) - buffer) * weight`` in place."""
     inputs = ["weight", *(f"param{i}" for i in range(count)), "buffer"]
-    return in_place_op(f"{library}:FlatEMA", inputs, {"buffer"}, flag_shape, float32)
+    return in_place_op(library, "FlatEMA", inputs, {"buffer"}, flag_shape, float32)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from mindspore import ops
 
+from msdet.ops.aot import aot_op
+
 
 def focus_conv_op(library: str):
     """``(x [N, C, H, W], w [O, 4C, 3, 3]) -> [N, O, H/2, W/2]``: the 3x3 convolution
@@ -25,26 +27,15 @@ def focus_conv_op(library: str):
     def halved(x, w):
         return (x[0], w[0], x[2] // 2, x[3] // 2)
 
-    def same(dtype, *_):
-        return dtype
-
     def like_weight(x, dy, w):
         return w
 
-    weight_grad = ops.Custom(
-        f"{library}:FocusConvWeightGrad", out_shape=like_weight, out_dtype=same, func_type="aot"
-    )
+    weight_grad = aot_op(library, "FocusConvWeightGrad", like_weight)
 
     def bprop(x, w, out, dout):
         return _image_grad(dout, w, x.shape), weight_grad(x, dout, w)
 
-    return ops.Custom(
-        f"{library}:FocusConvForward",
-        out_shape=halved,
-        out_dtype=same,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "FocusConvForward", halved, bprop=bprop)
 
 
 def _image_grad(dout, w, x_shape):

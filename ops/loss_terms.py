@@ -14,9 +14,9 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
+from msdet.ops.aot import aot_op
 from msdet.ops.bce import BCEWithLogits, ClassBCE
 from msdet.ops.boxes import aligned_iou_cxcywh, decode_boxes
-from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
 
 TERMS = ("iou", "obj", "cls", "l1")
 
@@ -29,15 +29,11 @@ def _raw(raw, *_):
     return tuple(raw)
 
 
-def _float(raw, *_):
-    return raw
-
-
 def loss_terms_op(library: str):
     """``(raw, grids, strides, box_target, fg, cls int32, iou) -> sums [4]``, the compiled
     :class:`LossTerms`, with its backward attached (the gradient of the head's output only:
     the loss detaches the assignment's results)."""
-    grad = ops.Custom(f"{library}:LossTermsGrad", out_shape=_raw, out_dtype=_float, func_type="aot")
+    grad = aot_op(library, "LossTermsGrad", _raw)
 
     def bprop(raw, grids, strides, box_target, fg, cls, iou, out, dout):
         return (
@@ -45,13 +41,7 @@ def loss_terms_op(library: str):
             *(ops.zeros_like(x) for x in (grids, strides, box_target, fg, cls, iou)),
         )
 
-    return ops.Custom(
-        f"{library}:LossTermsForward",
-        out_shape=_sums,
-        out_dtype=_float,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "LossTermsForward", _sums, bprop=bprop)
 
 
 class LossTerms(nn.Cell):
@@ -67,19 +57,17 @@ class LossTerms(nn.Cell):
       in the regression's units (``models.loss`` switches it on for the last epochs).
 
     ``fg`` is 1 on foreground anchors and 0 elsewhere; ``box_target``, ``cls`` and ``iou``
-    are read on the foreground only. ``library``: a kernel library path, None for
-    MindSpore's operators, or the runtime's choice; ``class_library`` likewise, for the
+    are read on the foreground only. ``library``: msdet's kernel library for the four terms, None for
+    MindSpore's operators; ``class_library`` likewise, for the
     class term on the operators' path (:class:`ops.bce.ClassBCE`)."""
 
     def __init__(
         self,
         num_classes: int,
-        library: str | None = FROM_RUNTIME,
-        class_library: str | None = FROM_RUNTIME,
+        library: str | None = None,
+        class_library: str | None = None,
     ):
         super().__init__()
-        if library == FROM_RUNTIME:
-            library = custom_kernel_library("loss_terms")
         self.op = loss_terms_op(library) if library else None
         self.bce = BCEWithLogits()
         self.class_bce = ClassBCE(num_classes, class_library)

@@ -19,7 +19,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from msdet.ops.cpu_kernels import FROM_RUNTIME, custom_kernel_library
+from msdet.ops.aot import aot_op
 
 # Ascend's NMSWithMask accepts at most this many boxes per call (MindSpore docs).
 ASCEND_MAX_NMS_BOXES = 2864
@@ -94,8 +94,7 @@ class BatchedNMS(nn.Cell):
         class_agnostic: suppress across classes (YOLOX's ``class_agnostic``).
         library: msdet's compiled CPU kernel library for the suppression
             (``kernels/greedy_nms.cc``: the same masks as ``NMSWithMask``, at the cost of the
-            valid candidates only), None for ``NMSWithMask``; by default the one the device
-            module enabled for ``"nms"`` (``ops.cpu_kernels``).
+            valid candidates only), or None for ``NMSWithMask`` (``CpuKernels.library_for("nms")``).
 
     ``construct(predictions)`` takes decoded predictions ``[B, A, 5 + C]`` (cx, cy, w, h in
     input pixels, objectness and class probabilities; float32 or float16) and returns
@@ -114,7 +113,7 @@ class BatchedNMS(nn.Cell):
         pre_nms_topk: int = 1000,
         max_det: int = 100,
         class_agnostic: bool = False,
-        library: str | None = FROM_RUNTIME,
+        library: str | None = None,
     ):
         super().__init__()
         check_nms_settings(num_classes, conf_thresh, iou_thresh, pre_nms_topk, max_det)
@@ -126,8 +125,6 @@ class BatchedNMS(nn.Cell):
         self.class_agnostic = bool(class_agnostic)
         self.candidates = Candidates(num_classes, conf_thresh, pre_nms_topk)
         self.nms = ops.NMSWithMask(self.iou_thresh)
-        if library == FROM_RUNTIME:
-            library = custom_kernel_library("nms")
         self.greedy_op = greedy_nms_op(library) if library else None
         self.nms_hyper = ms.Tensor([self.iou_thresh], ms.float32)
         self.topk = ops.TopK(sorted=True)
@@ -181,15 +178,14 @@ class BatchedNMS(nn.Cell):
         return ops.stack(masks)
 
 
+def _like_valid(_boxes, valid, _hyper):
+    return valid
+
+
 def greedy_nms_op(library: str):
     """``(boxes [B, k, 4], valid [B, k], hyper [1] = (iou threshold,)) -> kept [B, k]``,
     float32 (``kernels/greedy_nms.cc``). Inference only: it has no gradient."""
-    return ops.Custom(
-        f"{library}:GreedyNms",
-        out_shape=lambda boxes, valid, hyper: valid,
-        out_dtype=lambda boxes, valid, hyper: valid,
-        func_type="aot",
-    )
+    return aot_op(library, "GreedyNms", _like_valid, _like_valid)
 
 
 class HostNMS:

@@ -11,9 +11,11 @@ cpu_kernels`` has a library enabled for ``"pointwise"``, ``nn.Conv2d`` otherwise
 
 from __future__ import annotations
 
-from mindspore import Parameter, nn, ops
+from mindspore import Parameter, nn
 from mindspore.common.initializer import initializer
 from mindspore.ops.operations._grad_ops import Conv2DBackpropFilter
+
+from msdet.ops.aot import aot_op
 
 
 def pointwise_conv_op(library: str, out_channels: int):
@@ -28,24 +30,13 @@ def pointwise_conv_op(library: str, out_channels: int):
     def input_shape(dy, w):
         return (dy[0], w[1], dy[2], dy[3])
 
-    def same(dtype, *_):
-        return dtype
-
-    grad_input = ops.Custom(
-        f"{library}:PointwiseConvInputGrad", out_shape=input_shape, out_dtype=same, func_type="aot"
-    )
+    grad_input = aot_op(library, "PointwiseConvInputGrad", input_shape)
     grad_weight = Conv2DBackpropFilter(out_channels, 1)
 
     def bprop(x, w, out, dout):
         return grad_input(dout, w), grad_weight(dout, x, w.shape)
 
-    return ops.Custom(
-        f"{library}:PointwiseConvForward",
-        out_shape=forward_shape,
-        out_dtype=same,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "PointwiseConvForward", forward_shape, bprop=bprop)
 
 
 class PointwiseConv2d(nn.Cell):

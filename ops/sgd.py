@@ -4,14 +4,14 @@ updates them in place (``kernels/sgd.cc``: MindSpore's ``SGD`` arithmetic, the s
 MindSpore runs one ``SGD`` operator per parameter (330 for YOLOX-nano); each costs compiled-
 graph memory and runtime time out of proportion to its work. :func:`flat_sgd_op` returns a
 primitive that takes every gradient, weight, momentum buffer and first-step flag at once and
-declares the last three written (``ops.inplace``), so the graph orders later reads of the
+declares the last three written (``ops.aot``), so the graph orders later reads of the
 weights after it and copies nothing. ``engine.optim.DecayInKernelSGD`` uses it when
 ``ops.cpu_kernels`` has a library enabled for ``"sgd"``.
 """
 
 from __future__ import annotations
 
-from msdet.ops.inplace import flag_shape, float32, in_place_op
+from msdet.ops.aot import flag_shape, float32, in_place_op
 
 
 def flat_sgd_op(library: str, count: int):
@@ -22,4 +22,4 @@ def flat_sgd_op(library: str, count: int):
     read = ["lr", "momentum", "dampening", "nesterov", "decays"]
     read += [f"grad{i}" for i in range(count)]
     written = [f"{part}{i}" for part in ("weight", "accum", "stat") for i in range(count)]
-    return in_place_op(f"{library}:FlatSGD", read + written, set(written), flag_shape, float32)
+    return in_place_op(library, "FlatSGD", read + written, set(written), flag_shape, float32)

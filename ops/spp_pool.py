@@ -11,7 +11,7 @@ their gradient in another, with MindSpore's values and its rule for ties (why: i
 
 from __future__ import annotations
 
-from mindspore import ops
+from msdet.ops.aot import aot_op
 
 
 def spp_pools_op(library: str, levels: int):
@@ -25,20 +25,9 @@ def spp_pools_op(library: str, levels: int):
     def unstacked(y, dy):
         return (y[0], y[1] // (levels + 1), y[2], y[3])
 
-    def same(dtype, *_):
-        return dtype
-
-    grad = ops.Custom(
-        f"{library}:SppPoolGrad", out_shape=unstacked, out_dtype=same, func_type="aot"
-    )
+    grad = aot_op(library, "SppPoolGrad", unstacked)
 
     def bprop(x, out, dout):
         return (grad(out, dout),)
 
-    return ops.Custom(
-        f"{library}:SppPoolForward",
-        out_shape=stacked,
-        out_dtype=same,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "SppPoolForward", stacked, bprop=bprop)

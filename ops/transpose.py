@@ -9,31 +9,19 @@ copies in tiles and keeps nothing: the same bits. ``models.head.YOLOXHead`` uses
 
 from __future__ import annotations
 
-from mindspore import ops
+from msdet.ops.aot import aot_op
 
 
 def _swapped(x):
     return (x[0], x[2], x[1])
 
 
-def _same(dtype):
-    return dtype
-
-
 def swap_last_axes_op(library: str):
     """``x [B, M, N] -> y [B, N, M]``, ``y[b, j, i] = x[b, i, j]``, with its backward attached
     (the same swap of the gradient)."""
-    back = ops.Custom(
-        f"{library}:SwapLastAxes", out_shape=_swapped, out_dtype=_same, func_type="aot"
-    )
+    back = aot_op(library, "SwapLastAxes", _swapped)
 
     def bprop(x, out, dout):
         return (back(dout),)
 
-    return ops.Custom(
-        f"{library}:SwapLastAxes",
-        out_shape=_swapped,
-        out_dtype=_same,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "SwapLastAxes", _swapped, bprop=bprop)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from mindspore import Tensor, ops
 
+from msdet.ops.aot import aot_op
+
 
 def upsample2x(x: Tensor) -> Tensor:
     """A reshape + tile: the same values as ResizeNearestNeighbor, 2x faster on CPU."""
@@ -27,24 +29,12 @@ def _halved(dy):
     return (dy[0], dy[1], dy[2] // 2, dy[3] // 2)
 
 
-def _same(dtype):
-    return dtype
-
-
 def upsample2x_op(library: str):
     """``x [N, C, H, W] -> y [N, C, 2H, 2W]``, ``y[.., 2i + a, 2j + b] = x[.., i, j]``, with
     its backward attached (each input pixel gets the sum of its four outputs' gradients)."""
-    grad = ops.Custom(
-        f"{library}:Upsample2xGrad", out_shape=_halved, out_dtype=_same, func_type="aot"
-    )
+    grad = aot_op(library, "Upsample2xGrad", _halved)
 
     def bprop(x, out, dout):
         return (grad(dout),)
 
-    return ops.Custom(
-        f"{library}:Upsample2xForward",
-        out_shape=_doubled,
-        out_dtype=_same,
-        func_type="aot",
-        bprop=bprop,
-    )
+    return aot_op(library, "Upsample2xForward", _doubled, bprop=bprop)

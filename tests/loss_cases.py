@@ -57,8 +57,7 @@ def loss_with_and_without(library: str, kernels: tuple[str, ...], num_classes: i
     raw = random_raw_outputs(rng, len(counts), len(strides), num_classes)
     targets, mask = random_targets(rng, counts, 128, num_classes, 20)
     raw, *rest = (ms.Tensor(a) for a in (raw, grids, strides, targets, mask))
-    with cpu_kernels.kernels_enabled(library, kernels):
-        on_kernel = YOLOXLoss(num_classes)
+    on_kernel = YOLOXLoss(num_classes, kernels=cpu_kernels.CpuKernels(library, kernels))
     results = []
     for loss in (on_kernel, YOLOXLoss(num_classes)):
         loss.use_l1.set_data(ms.Tensor(use_l1, ms.float32))

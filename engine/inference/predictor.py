@@ -30,6 +30,7 @@ from msdet.data.visualize import draw_boxes
 from msdet.engine.cli import apply_described_size, prepare_config
 from msdet.engine.evaluation.detections import detection_records, detections_in_image
 from msdet.engine.runtime.process import Runtime, setup_runtime
+from msdet.ops.cpu_kernels import NATIVE
 
 log = logging.getLogger("predict")
 
@@ -82,8 +83,9 @@ class Predictor:
     """A checkpoint ready to detect: :meth:`predict` an image, :meth:`draw` the result.
 
     ``cfg`` is the composed config (``ckpt``, ``eval`` for NMS and input size, ``predict``
-    for the score threshold); the runtime must be set up already (``host_nms``: its
-    ``Runtime.host_nms``). :meth:`load` does both from a checkpoint path alone.
+    for the score threshold); the runtime must be set up already (``rt``: where NMS runs and
+    which CPU kernels the network is built with; None: on the device, no kernels).
+    :meth:`load` does both from a checkpoint path alone.
 
     The network and its class names come from the checkpoint's description. A checkpoint
     written before descriptions existed is built from ``cfg.model``; its class names come
@@ -91,14 +93,17 @@ class Predictor:
     read from its config or annotation file, never built), else they are numbered.
     """
 
-    def __init__(self, cfg: Any, host_nms: bool = False, typed: dict[str, str] | None = None):
+    def __init__(self, cfg: Any, rt: Runtime | None = None, typed: dict[str, str] | None = None):
         import mindspore as ms
 
         from msdet.models.inference import InferenceNet, build_nms
         from msdet.models.weights import load_described_detector
 
         typed = typed or {}
-        detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
+        kernels = rt.kernels if rt is not None else NATIVE
+        detector, used_ema, description = load_described_detector(
+            cfg.ckpt, cfg.model, typed, kernels=kernels
+        )
         apply_described_size(cfg, description, typed)
         self._ms = ms
         self.img_size = tuple(int(v) for v in cfg.eval.img_size)
@@ -112,7 +117,13 @@ class Predictor:
                 typed["eval.conf_thresh"],
             )
         self.net = InferenceNet(detector)
-        self.nms = build_nms(cfg.eval, self.num_classes, on_host=host_nms, conf_thresh=self.conf)
+        self.nms = build_nms(
+            cfg.eval,
+            self.num_classes,
+            on_host=rt is not None and rt.host_nms,
+            conf_thresh=self.conf,
+            kernels=kernels,
+        )
         if description is not None:
             self.class_names, self.category_ids = description.class_names, description.category_ids
         else:
@@ -153,7 +164,7 @@ class Predictor:
         typed = dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
         if conf is not None:
             cfg.predict.conf, typed["predict.conf"] = float(conf), str(conf)
-        return cls(cfg, host_nms=_set_up_once(cfg.runtime), typed=typed)
+        return cls(cfg, _set_up_once(cfg.runtime), typed=typed)
 
     def predict(self, image: str | os.PathLike | np.ndarray) -> Detections:
         """Detect in an image file or array (uint8 BGR [H, W, 3], as ``cv2.imread`` gives;
@@ -209,9 +220,9 @@ class Predictor:
         return names, ids
 
 
-def _set_up_once(runtime_cfg: Any) -> bool:
+def _set_up_once(runtime_cfg: Any) -> Runtime | None:
     """Set the process up by the first :meth:`Predictor.load` (later ones reuse it);
-    returns whether NMS runs on the host (``Runtime.host_nms``)."""
+    returns its runtime (None where MindSpore was set up by someone else)."""
     global _process_runtime
     if _process_runtime is None:
         try:
@@ -225,7 +236,7 @@ def _set_up_once(runtime_cfg: Any) -> bool:
                 "already runs; call Predictor.load before other MindSpore work to choose",
                 (str(err).strip().splitlines() or [type(err).__name__])[0],
             )
-            return False
+            return None
     elif runtime_cfg.device not in ("auto", _process_runtime.device):
         log.warning(
             "MindSpore runs on %s in this process (set up by the first Predictor.load); "
@@ -233,4 +244,4 @@ def _set_up_once(runtime_cfg: Any) -> bool:
             _process_runtime.device,
             runtime_cfg.device,
         )
-    return _process_runtime.host_nms
+    return _process_runtime

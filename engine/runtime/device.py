@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from msdet.ops.cpu_kernels import CpuKernels
+
 log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "CPU", "GPU", "Ascend")
@@ -227,8 +229,8 @@ def cpu_threads(requested: Any) -> int | None:
 
 def setup_cpu_kernels(
     choice: str, device: str, amp_level: str = "O0", threads: int | None = None
-) -> tuple[str | None, tuple[str, ...]]:
-    """Make models run on msdet's compiled CPU kernels (``ops.cpu_kernels``: depthwise
+) -> CpuKernels:
+    """Which of msdet's compiled CPU kernels the builders use (``ops.cpu_kernels`` (``ops.cpu_kernels``: depthwise
     convolutions, BatchNorm + SiLU, the Focus stem, 1x1 convolutions, 2x upsampling, SPP's
     max-pools, the head's transpose, SimOTA's pairwise terms, class cost and matching, the
     loss's class term and its four terms, greedy NMS, SGD and the EMA over all parameters)
@@ -249,19 +251,17 @@ def setup_cpu_kernels(
     ``+`` (``depthwise+upsample``) exactly those (ablations). GPU, Ascend, mixed precision
     (the kernels are float32) and a machine without a working compiler keep MindSpore's
     operators. Logs the decision in one line.
-    Returns (the kernel library's path or None, the kernels models use).
     """
     from msdet.common.host import available_cores
     from msdet.ops import cpu_kernels
 
     named = parse_cpu_kernels(choice)
-    cpu_kernels.set_custom_kernel_library(None)
     if named == () or device != "CPU" or amp_level != "O0":
-        return None, ()
+        return cpu_kernels.NATIVE
     threads = threads or available_cores()
     library = cpu_kernels.build_kernel_library()
     if library is None:
-        return None, ()
+        return cpu_kernels.NATIVE
     if named is not None:
         kernels = named
         log.info("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
@@ -274,9 +274,8 @@ def setup_cpu_kernels(
         kernels = tuple(record["kernels"])
         log.info("%s", kernel_choice.describe(record))
     if not kernels:
-        return None, ()
-    cpu_kernels.enable(threads, kernels=kernels)
-    return library, kernels
+        return cpu_kernels.NATIVE
+    return cpu_kernels.enable(threads, kernels=kernels)
 
 
 def parse_cpu_kernels(choice: str) -> tuple[str, ...] | None:

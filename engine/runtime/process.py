@@ -16,6 +16,7 @@ from typing import Any
 
 from msdet.engine.runtime import compiler
 from msdet.engine.runtime import device as dev
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,7 @@ class Runtime:
     precision_mode: str | None = None  # Ascend operator precision mode set at start-up
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
     host_nms: bool = False  # NMS on the host: the chip's NMSWithMask is float16-only
-    cpu_kernels: str | None = None  # msdet's compiled CPU kernel library models use, or None
-    kernel_names: tuple[str, ...] = ()  # the kernels models run on it (ops.cpu_kernels.KERNELS)
+    kernels: CpuKernels = NATIVE  # msdet's compiled CPU kernels the builders take
 
     @property
     def is_main(self) -> bool:
@@ -77,21 +77,13 @@ class Runtime:
         gradients concatenated."""
         return "mindspore" if self.device == "Ascend" else "flat"
 
-    @property
-    def kernel_key(self) -> str | None:
-        """The kernel library and the kernels in use: both change the compiled graphs."""
-        if self.cpu_kernels is None:
-            return None
-        return f"{self.cpu_kernels}:{','.join(self.kernel_names)}"
 
-
-def setup_runtime(cfg: Any, run_dir: str = ".", cpu_kernels: str | None = None) -> Runtime:
+def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     """Configure MindSpore from the ``runtime`` config group and return a :class:`Runtime`.
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
     threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
     compile_cache, precision_mode).
-    ``cpu_kernels`` overrides ``cfg.cpu_kernels`` (export.py: native operators only).
     ``cfg.compile_cache`` is the trainer's to apply: its key needs the data's class count.
     """
     device = dev.resolve_device(cfg.device)
@@ -135,9 +127,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".", cpu_kernels: str | None = None) 
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = dev.resolve_amp(cfg.amp, device)
-    library, kernel_names = dev.setup_cpu_kernels(
-        cpu_kernels or str(cfg.get("cpu_kernels", "auto")), device, amp_level, threads
-    )
+    kernels = dev.setup_cpu_kernels(str(cfg.cpu_kernels), device, amp_level, threads)
 
     rt = Runtime(
         device=device,
@@ -155,8 +145,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".", cpu_kernels: str | None = None) 
         precision_mode=precision,
         chip=chip.soc if chip else None,
         host_nms=chip is not None and chip.host_nms,
-        cpu_kernels=library,
-        kernel_names=kernel_names,
+        kernels=kernels,
     )
     if changed.get(dev.ONEDNN_ISA_VAR):
         log.info(

@@ -10,7 +10,6 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from msdet.models.weights import EMA_PREFIX, CheckpointError
-from msdet.ops.cpu_kernels import custom_kernel_library
 from msdet.ops.ema import flat_ema_op
 
 # ModelEMA's flat buffer: never saved under this name (checkpoints hold ema.<name> entries).
@@ -41,13 +40,12 @@ class ModelEMA(nn.Cell):
     The averages live in one flat float32 Parameter, :data:`EMA_BUFFER` (every parameter
     flattened, in the network's order): one step updates it with one ``Concat``, one
     ``Lerp`` and one ``Assign``, where a Parameter per weight took a ``Lerp`` and an
-    ``Assign`` each, ~1,080 operators of a YOLOX-nano step (BENCHMARKS.md, "Operators per
-    step"). Checkpoints keep one entry per weight, ``ema.<name>``, as before:
+    ``Assign`` each, ~1,080 operators of a YOLOX-nano step. Checkpoints keep one entry per weight, ``ema.<name>``, as before:
     :meth:`checkpoint_entries` splits the buffer when a checkpoint is written and
-    :meth:`pack` joins the entries when one is loaded (``engine.checkpoint``).
+    :meth:`pack` joins the entries when one is loaded (:mod:`msdet.engine.training.checkpoints`).
     """
 
-    def __init__(self, network: nn.Cell, decay: float = 0.9998):
+    def __init__(self, network: nn.Cell, decay: float = 0.9998, library: str | None = None):
         super().__init__()
         self.decay = decay
         # Parameter names, not cell paths: mixed precision wraps cells (the path of a BN
@@ -70,8 +68,7 @@ class ModelEMA(nn.Cell):
         )
         self.hyper_map = ops.HyperMap()
         # On CPU, the update as one operator reading the parameters in place (ops.ema: the
-        # same bits), where the device module enabled msdet's ema kernel.
-        library = custom_kernel_library("ema")
+        # same bits), given msdet's kernel library (CpuKernels.library_for("ema")).
         float32 = all(a.dtype == np.float32 for a in arrays)
         self.flat = flat_ema_op(library, len(params)) if library and float32 and params else None
 

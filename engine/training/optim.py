@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from msdet.ops.cpu_kernels import custom_kernel_library
+from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.sgd import flat_sgd_op
 
 
@@ -77,12 +77,12 @@ class DecayInKernelSGD(nn.SGD):
     parameter, with the same Parameters (``accum.*``, ``stat.*``, ``global_step``) as
     ``nn.SGD``, so checkpoints are unchanged.
 
-    On CPU, where the device module enabled msdet's ``sgd`` kernel (``ops.sgd``), all
-    parameters are updated by one operator instead, with the same arithmetic and the same
+    Given msdet's kernel library (``library``: ``CpuKernels.library_for("sgd")``), all
+    parameters are updated by one operator instead (``ops.sgd``), with the same arithmetic and the same
     Parameters.
     """
 
-    def __init__(self, params, **kwargs):
+    def __init__(self, params, library: str | None = None, **kwargs):
         super().__init__(params, **kwargs)
         decays = getattr(self, "group_weight_decay", None)  # one per parameter, in order
         if not decays:  # no parameter groups: one decay for all
@@ -90,7 +90,6 @@ class DecayInKernelSGD(nn.SGD):
         self.opt = tuple(ops.SGD(self.dampening, float(wd), self.nesterov) for wd in decays)
         self.exec_weight_decay = False  # nn.Optimizer.decay_weight: leave gradients as they are
         self.flat = None
-        library = custom_kernel_library("sgd")
         centralized = any(getattr(self, "grad_centralization_flags", ()) or ())
         if library and not (self.is_group_lr or self.need_scale or centralized):
             self.flat = flat_sgd_op(library, len(self._parameters))
@@ -118,11 +117,14 @@ class DecayInKernelSGD(nn.SGD):
         )
 
 
-def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.SGD:
+def build_optimizer(
+    network: nn.Cell, lrs: np.ndarray | float, cfg: Any, kernels: CpuKernels = NATIVE
+) -> nn.SGD:
     """SGD with (Nesterov) momentum; weight decay on conv/linear weights only, applied
     inside the SGD kernel (:class:`DecayInKernelSGD`).
 
-    ``cfg`` is the ``train`` config group (momentum, nesterov, weight_decay).
+    ``cfg`` is the ``train`` config group (momentum, nesterov, weight_decay); ``kernels``
+    says whether the update runs on msdet's CPU kernel.
     """
     decay, no_decay = split_decay_params(network)
     groups = [
@@ -133,6 +135,7 @@ def build_optimizer(network: nn.Cell, lrs: np.ndarray | float, cfg: Any) -> nn.S
     lr = list(map(float, lrs)) if isinstance(lrs, np.ndarray) else float(lrs)
     return DecayInKernelSGD(
         groups,
+        library=kernels.library_for("sgd"),
         learning_rate=lr,
         momentum=float(cfg.momentum),
         nesterov=bool(cfg.nesterov),

@@ -92,8 +92,8 @@ def build_train_step(
             tcfg.recompute,
             len(recomputed),
         )
-    optimizer = build_optimizer(net, lrs, tcfg)
-    ema = ModelEMA(net, float(tcfg.ema_decay)) if tcfg.ema else None
+    optimizer = build_optimizer(net, lrs, tcfg, rt.kernels)
+    ema = ModelEMA(net, float(tcfg.ema_decay), rt.kernels.library_for("ema")) if tcfg.ema else None
     reducer = None
     if rt.distributed:
         reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=rt.world_size)

@@ -85,7 +85,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     train_src, val_src = _load_data(cfg, rt)
     num_classes = train_src.num_classes
 
-    net = build_model(cfg.model, num_classes)
+    net = build_model(cfg.model, num_classes, rt.kernels)
     if rt.sync_bn:
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
@@ -97,6 +97,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         iou_weight=float(tcfg.loss.iou_weight),
         assigner_rule=str(tcfg.assigner.rule),
         center_radius=tcfg.assigner.center_radius,
+        kernels=rt.kernels,
     )
     plan = Schedule.from_config(tcfg, rt.world_size, len(train_src))
     # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
@@ -205,7 +206,7 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         import mindspore as ms
 
         key = training_graph_key(cfg, num_classes)
-        enable_compile_cache(key, rt.device, rt.kernel_key, ms.__version__)
+        enable_compile_cache(key, rt.device, rt.kernels.key, ms.__version__)
     return train_src, val_src
 
 

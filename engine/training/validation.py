@@ -55,9 +55,9 @@ class TrainingEvaluation:
         self.is_main = rt.is_main
         self.distributed = rt.distributed
         self.num_vis = int(cfg.train.vis_images)
-        self.eval_net = build_model(cfg.model, num_classes)
+        self.eval_net = build_model(cfg.model, num_classes, rt.kernels)
         self.detector = InferenceNet(self.eval_net)
-        self.nms = build_nms(cfg.eval, num_classes, on_host=rt.host_nms)
+        self.nms = build_nms(cfg.eval, num_classes, on_host=rt.host_nms, kernels=rt.kernels)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )

@@ -170,16 +170,10 @@ def test_thread_count_does_not_change_results(library, graph_mode):
 
 
 def _base_convs(library: str) -> tuple[BaseConv, BaseConv]:
-    previous = cpu_kernels.custom_kernel_library()
-    try:
-        cpu_kernels.set_custom_kernel_library(library)
-        ms.set_seed(3)
-        fused = BaseConv(4, 6, 3)
-        cpu_kernels.set_custom_kernel_library(None)
-        ms.set_seed(3)
-        plain = BaseConv(4, 6, 3)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous)
+    ms.set_seed(3)
+    fused = BaseConv(4, 6, 3, kernels=cpu_kernels.CpuKernels.all(library))
+    ms.set_seed(3)
+    plain = BaseConv(4, 6, 3)
     return fused, plain
 
 
@@ -216,10 +210,6 @@ def test_base_conv_fuses_only_training_batch_statistics(library, graph_mode):
 
 
 def test_other_activations_keep_mindspore_layers(library):
-    previous = cpu_kernels.custom_kernel_library()
-    try:
-        cpu_kernels.set_custom_kernel_library(library)
-        assert BaseConv(4, 6, 3, act="relu").fused is None
-        assert BaseConv(4, 6, 3, act="silu").fused is not None
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous)
+    kernels = cpu_kernels.CpuKernels.all(library)
+    assert BaseConv(4, 6, 3, act="relu", kernels=kernels).fused is None
+    assert BaseConv(4, 6, 3, act="silu", kernels=kernels).fused is not None

@@ -124,19 +124,13 @@ def test_the_cache_key_covers_every_source(tmp_path, monkeypatch):
     assert build_kernel_library(str(tmp_path)) not in (None, first)
 
 
-def test_kernels_enabled_restores_the_setting_before_it(library):
-    cpu_kernels.set_custom_kernel_library(library, ("upsample", "nms"))
-    try:
-        with (
-            pytest.raises(RuntimeError, match="inside"),
-            cpu_kernels.kernels_enabled(library, ("sgd",)),
-        ):
-            assert cpu_kernels.custom_kernel_library("sgd") == library
-            assert cpu_kernels.custom_kernel_library("upsample") is None
-            raise RuntimeError("inside")
-        assert cpu_kernels.enabled_kernels() == ("upsample", "nms")
-        with cpu_kernels.kernels_enabled(None, ("sgd",)):
-            assert cpu_kernels.custom_kernel_library() is None
-        assert cpu_kernels.custom_kernel_library("nms") == library
-    finally:
-        cpu_kernels.set_custom_kernel_library(None)
+def test_a_kernel_choice_is_checked_and_ordered(library):
+    chosen = cpu_kernels.CpuKernels(library, ("nms", "upsample"))
+    assert chosen.names == ("upsample", "nms")  # KERNELS' order
+    assert chosen.library_for("nms") == library and chosen.library_for("sgd") is None
+    assert chosen.only("sgd") == cpu_kernels.CpuKernels(library, ("sgd",))
+    assert chosen.only() == cpu_kernels.NATIVE and cpu_kernels.NATIVE.library_for("sgd") is None
+    assert cpu_kernels.CpuKernels.all(library).names == cpu_kernels.KERNELS
+    assert cpu_kernels.CpuKernels.all(None) == cpu_kernels.NATIVE
+    with pytest.raises(ValueError, match="unknown msdet kernel"):
+        chosen.library_for("fast")

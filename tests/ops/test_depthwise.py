@@ -126,14 +126,8 @@ def test_unsupported_stride_and_kernel_size_are_refused(library):
 def test_models_use_the_kernel_only_when_enabled(library):
     from msdet.models.layers import DWConv
 
-    previous = cpu_kernels.custom_kernel_library()
-    try:
-        cpu_kernels.set_custom_kernel_library(library)
-        fast = DWConv(8, 16, 3, stride=2)
-        cpu_kernels.set_custom_kernel_library(None)
-        plain = DWConv(8, 16, 3, stride=2)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous)
+    fast = DWConv(8, 16, 3, stride=2, kernels=cpu_kernels.CpuKernels.all(library))
+    plain = DWConv(8, 16, 3, stride=2)
     assert isinstance(fast.dconv.conv, DepthwiseConv2d)
     assert type(plain.dconv.conv) is nn.Conv2d
     # the 1x1 pointwise half on its own kernel (ops.pointwise_conv), Conv2D without
@@ -143,4 +137,4 @@ def test_models_use_the_kernel_only_when_enabled(library):
     names = lambda cell: [(p.name, p.shape) for p in cell.get_parameters()]  # noqa: E731
     assert names(fast) == names(plain)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        cpu_kernels.set_custom_kernel_library("/nonexistent/lib.so")
+        cpu_kernels.CpuKernels("/nonexistent/lib.so", ("depthwise",))

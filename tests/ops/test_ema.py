@@ -9,7 +9,6 @@ import pytest
 from mindspore import Parameter, nn
 
 from msdet.engine.training.ema import ModelEMA
-from msdet.ops import cpu_kernels
 from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), ())
@@ -27,8 +26,7 @@ class Weights(nn.Cell):
 def _averages(library, mode):
     with execution_mode(mode):
         net = Weights()
-        with cpu_kernels.kernels_enabled(library, ("ema",)):
-            ema = ModelEMA(net, decay=0.9)
+        ema = ModelEMA(net, decay=0.9, library=library)
         rng = np.random.default_rng(1)
         for _ in range(4):
             for param in net.get_parameters():

@@ -136,12 +136,11 @@ def test_the_kernel_refuses_odd_sides_and_weights_of_the_wrong_shape(library):
 
 
 def test_focus_uses_the_kernel_only_when_enabled_and_for_its_3x3_convolution(library):
-    with cpu_kernels.kernels_enabled(library, ("focus", "batchnorm_silu")):
-        fast = Focus(3, 16, 3)
-        pointwise = Focus(3, 16, 1)
-        backbone = CSPDarknet(0.33, 0.25, depthwise=True)
-    with cpu_kernels.kernels_enabled(library, ("batchnorm_silu",)):
-        plain = Focus(3, 16, 3)
+    kernels = cpu_kernels.CpuKernels(library, ("focus", "batchnorm_silu"))
+    fast = Focus(3, 16, 3, kernels=kernels)
+    pointwise = Focus(3, 16, 1, kernels=kernels)
+    backbone = CSPDarknet(0.33, 0.25, depthwise=True, kernels=kernels)
+    plain = Focus(3, 16, 3, kernels=kernels.only("batchnorm_silu"))
     assert fast.fused is not None and backbone.stem.fused is not None
     assert pointwise.fused is None and plain.fused is None
     # the same parameters, so checkpoints load either way

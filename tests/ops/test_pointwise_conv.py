@@ -92,13 +92,16 @@ def test_the_kernel_refuses_weights_that_do_not_fit(library):
 
 
 def test_models_use_the_kernel_for_1x1_convolutions_without_bias_only(library):
-    with cpu_kernels.kernels_enabled(library, ("pointwise",)):
-        pointwise = conv2d(16, 32, 1)
-        others = [conv2d(16, 32, 3), conv2d(16, 32, 1, stride=2), conv2d(16, 32, 1, bias=True)]
-        others.append(conv2d(16, 16, 1, groups=16))
-        fast = CSPLayer(16, 16, n=1)
-    with cpu_kernels.kernels_enabled(library, ("batchnorm_silu",)):
-        plain = CSPLayer(16, 16, n=1)
+    kernels = cpu_kernels.CpuKernels(library, ("pointwise",))
+    pointwise = conv2d(16, 32, 1, kernels=kernels)
+    others = [
+        conv2d(16, 32, 3, kernels=kernels),
+        conv2d(16, 32, 1, stride=2, kernels=kernels),
+        conv2d(16, 32, 1, bias=True, kernels=kernels),
+        conv2d(16, 16, 1, groups=16, kernels=kernels),
+    ]
+    fast = CSPLayer(16, 16, n=1, kernels=kernels)
+    plain = CSPLayer(16, 16, n=1, kernels=kernels.only("batchnorm_silu"))
     assert isinstance(pointwise, PointwiseConv2d)
     assert not any(isinstance(conv, PointwiseConv2d) for conv in others)
     # the same parameter names and shapes, so checkpoints load either way

@@ -9,7 +9,6 @@ import pytest
 from mindspore import Parameter, nn, ops
 
 from msdet.engine.training.optim import DecayInKernelSGD
-from msdet.ops import cpu_kernels
 from tests.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), (1,))
@@ -27,14 +26,14 @@ def _optimizer(library, nesterov: bool):
         {"params": weights[:1], "weight_decay": 5e-4},
         {"params": weights[1:], "weight_decay": 0.0},
     ]
-    with cpu_kernels.kernels_enabled(library, ("sgd",)):
-        opt = DecayInKernelSGD(
-            groups,
-            learning_rate=[0.1, 0.05, 0.02, 0.01],
-            momentum=0.9,
-            nesterov=nesterov,
-            weight_decay=0.0,
-        )
+    opt = DecayInKernelSGD(
+        groups,
+        library=library,
+        learning_rate=[0.1, 0.05, 0.02, 0.01],
+        momentum=0.9,
+        nesterov=nesterov,
+        weight_decay=0.0,
+    )
     return weights, opt
 
 
@@ -92,9 +91,10 @@ def test_one_operator_gives_mindspores_sgd_bits_and_parameters(library, nesterov
 
 def test_the_flat_path_is_skipped_where_it_does_not_apply(library):
     weights = [Parameter(ms.Tensor(np.ones(3, np.float32)), name="x.weight")]
-    with cpu_kernels.kernels_enabled(library, ("sgd",)):
-        scaled = DecayInKernelSGD(weights, learning_rate=0.1, momentum=0.9, loss_scale=2.0)
-        plain = DecayInKernelSGD(weights, learning_rate=0.1, momentum=0.9)
+    scaled = DecayInKernelSGD(
+        weights, library=library, learning_rate=0.1, momentum=0.9, loss_scale=2.0
+    )
+    plain = DecayInKernelSGD(weights, library=library, learning_rate=0.1, momentum=0.9)
     assert scaled.flat is None  # loss-scale division: MindSpore's path
     assert plain.flat is not None
 

@@ -109,11 +109,7 @@ def test_the_loss_and_its_gradient_are_the_same(library, graph_mode):
     args = [ms.Tensor(x) for x in (raw, grids, strides, targets, mask)]
 
     def loss_and_grad(kernels: tuple[str, ...]):
-        cpu_kernels.set_custom_kernel_library(library, kernels)
-        try:
-            loss = YOLOXLoss(6)
-        finally:
-            cpu_kernels.set_custom_kernel_library(None)
+        loss = YOLOXLoss(6, kernels=cpu_kernels.CpuKernels(library, kernels))
         assert (loss.assigner.pairs_op is not None) == bool(kernels)
         assert (loss.assigner.match_op is not None) == bool(kernels)
 

@@ -121,12 +121,11 @@ def _routed(x: np.ndarray, dy: np.ndarray, first: bool) -> np.ndarray:
 
 
 def test_models_use_the_kernel_only_when_enabled_and_for_chained_5x5_pools(library):
-    with cpu_kernels.kernels_enabled(library, ("spp",)):
-        fast = SPPBottleneck(8, 8)
-        backbone = CSPDarknet(0.33, 0.25, depthwise=True)
-        unchained = SPPBottleneck(8, 8, kernel_sizes=(5, 7))
-    with cpu_kernels.kernels_enabled(library, ("upsample",)):
-        plain = SPPBottleneck(8, 8)
+    kernels = cpu_kernels.CpuKernels(library, ("spp",))
+    fast = SPPBottleneck(8, 8, kernels=kernels)
+    backbone = CSPDarknet(0.33, 0.25, depthwise=True, kernels=kernels)
+    unchained = SPPBottleneck(8, 8, kernel_sizes=(5, 7), kernels=kernels)
+    plain = SPPBottleneck(8, 8, kernels=kernels.only("upsample"))
     assert fast.fused is not None and backbone.dark5[1].fused is not None
     assert unchained.fused is None and plain.fused is None
     ms.load_param_into_net(plain, fast.parameters_dict())

@@ -41,10 +41,10 @@ def test_the_kernel_gives_transposes_bits_both_ways(library, shape):
 
 
 def test_the_head_uses_the_kernel_only_when_enabled(library):
-    with cpu_kernels.kernels_enabled(library, ("transpose",)):
-        fast = YOLOXHead(3, width=0.25, in_channels=(256, 512, 1024), depthwise=True)
-    with cpu_kernels.kernels_enabled(library, ("upsample",)):
-        plain = YOLOXHead(3, width=0.25, in_channels=(256, 512, 1024), depthwise=True)
+    kernels = cpu_kernels.CpuKernels(library, ("transpose",))
+    head = {"width": 0.25, "in_channels": (256, 512, 1024), "depthwise": True}
+    fast = YOLOXHead(3, **head, kernels=kernels)
+    plain = YOLOXHead(3, **head, kernels=kernels.only("upsample"))
     assert fast.swap is not None and plain.swap is None
     for mine, theirs in zip(plain.get_parameters(), fast.get_parameters(), strict=True):
         mine.set_data(theirs.data.copy())

@@ -70,15 +70,10 @@ def test_the_kernel_gives_the_tile_paths_bits(library, shape):
 
 
 def test_models_use_the_kernel_only_when_enabled(library):
-    previous = cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels()
-    try:
-        cpu_kernels.set_custom_kernel_library(library, ("upsample",))
-        fast = Upsample2x()
-        neck = YOLOPAFPN(0.33, 0.25, depthwise=True)
-        cpu_kernels.set_custom_kernel_library(library, ("depthwise", "batchnorm_silu"))
-        plain = Upsample2x()
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
+    kernels = cpu_kernels.CpuKernels(library, ("upsample",))
+    fast = Upsample2x(kernels)
+    neck = YOLOPAFPN(0.33, 0.25, depthwise=True, kernels=kernels)
+    plain = Upsample2x(kernels.only("depthwise", "batchnorm_silu"))
     assert fast.op is not None and plain.op is None
     assert neck.upsample.op is not None  # the neck's two upsamplings run on it
     x = ms.Tensor(np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5))

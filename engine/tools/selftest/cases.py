@@ -121,7 +121,7 @@ def nano(cfg: Any, weights: str | None = None):
     from msdet.models.weights import load_weights
     from msdet.models.yolox import build_model
 
-    net = build_model(cfg.model, NUM_CLASSES)
+    net = build_model(cfg.model, NUM_CLASSES)  # MindSpore's operators: the paths a card runs
     if weights:
         load_weights(net, weights, use_ema=False)
     return net

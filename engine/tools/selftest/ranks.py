@@ -63,9 +63,12 @@ def main(cfg: DictConfig) -> None:
     expected = rt.world_size * (rt.world_size + 1) / 2
 
     _, val = build_sources(cfg.data)
-    net = build_model(cfg.model, val.num_classes)
+    net = build_model(cfg.model, val.num_classes, rt.kernels)
     net.set_train(False)
-    detector, nms = InferenceNet(net), build_nms(cfg.eval, val.num_classes, on_host=rt.host_nms)
+    detector, nms = (
+        InferenceNet(net),
+        build_nms(cfg.eval, val.num_classes, on_host=rt.host_nms, kernels=rt.kernels),
+    )
     out_dir = rt.run_dir if rt.is_main else None
     shard = build_eval_dataset(cfg.data, val, cfg.eval.img_size, 2, rt.rank, rt.world_size)
     sharded, _ = evaluate_on_dataset(

@@ -58,7 +58,7 @@ def environment(rt: Any) -> dict[str, Any]:
         "precision_mode": rt.precision_mode,
         "amp": rt.amp_level,
         "mode": rt.mode,
-        "cpu_kernels": list(rt.kernel_names),
+        "cpu_kernels": list(rt.kernels.names),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "processor": cpu_model_name(),

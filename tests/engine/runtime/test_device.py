@@ -149,33 +149,48 @@ def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
     from msdet.ops import cpu_kernels
 
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
-    previous = cpu_kernels.custom_kernel_library()
-    try:
-        lib, kernels = device.setup_cpu_kernels("msdet", "CPU")
-        if lib is None:
-            pytest.skip("no C++ compiler on this machine")
-        assert os.path.dirname(lib) == str(tmp_path / "kernels")
-        assert kernels == cpu_kernels.KERNELS
-        assert cpu_kernels.custom_kernel_library() == lib
-        # Ascend/GPU keep their native operators (auto too: nothing measured there); so does
-        # an explicit "native".
-        assert device.setup_cpu_kernels("auto", "Ascend") == (None, ())
-        assert device.setup_cpu_kernels("msdet", "Ascend") == (None, ())
-        assert cpu_kernels.custom_kernel_library() is None
-        device.setup_cpu_kernels("msdet", "CPU")
-        assert device.setup_cpu_kernels("native", "CPU") == (None, ())
-        device.setup_cpu_kernels("msdet", "CPU")
-        assert device.setup_cpu_kernels("msdet", "CPU", "O2") == (None, ())  # fp32-only kernel
-        assert cpu_kernels.custom_kernel_library() is None
-        with pytest.raises(ValueError, match="runtime.cpu_kernels"):
-            device.setup_cpu_kernels("fast", "CPU")
-        # Named kernels, for ablations: exactly those, in KERNELS' order.
-        lib, kernels = device.setup_cpu_kernels("upsample+depthwise", "CPU")
-        assert kernels == ("depthwise", "upsample")
-        assert cpu_kernels.custom_kernel_library("upsample") == lib
-        assert cpu_kernels.custom_kernel_library("assigner") is None
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous)
+    kernels = device.setup_cpu_kernels("msdet", "CPU")
+    if not kernels:
+        pytest.skip("no C++ compiler on this machine")
+    assert os.path.dirname(kernels.library) == str(tmp_path / "kernels")
+    assert kernels.names == cpu_kernels.KERNELS
+    # Ascend/GPU keep their native operators (auto too: nothing measured there); so does
+    # an explicit "native", and mixed precision (the kernels are float32).
+    assert device.setup_cpu_kernels("auto", "Ascend") == cpu_kernels.NATIVE
+    assert device.setup_cpu_kernels("msdet", "Ascend") == cpu_kernels.NATIVE
+    assert device.setup_cpu_kernels("native", "CPU") == cpu_kernels.NATIVE
+    assert device.setup_cpu_kernels("msdet", "CPU", "O2") == cpu_kernels.NATIVE
+    with pytest.raises(ValueError, match="runtime.cpu_kernels"):
+        device.setup_cpu_kernels("fast", "CPU")
+    # Named kernels, for ablations: exactly those, in KERNELS' order.
+    named = device.setup_cpu_kernels("upsample+depthwise", "CPU")
+    assert named.names == ("depthwise", "upsample")
+    assert named.library_for("upsample") == kernels.library
+    assert named.library_for("assigner") is None
+
+
+def test_a_kernel_choice_is_a_value_the_builders_take(tmp_path):
+    """Two networks built side by side with different kernels, no state between them."""
+    from msdet.models.layers import BaseConv, DWConv
+    from msdet.ops.cpu_kernels import NATIVE, CpuKernels
+    from msdet.ops.depthwise import DepthwiseConv2d
+
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"")
+    only_dw = CpuKernels(str(lib), ("depthwise",))
+    block, plain = DWConv(8, 16, 3, kernels=only_dw), DWConv(8, 16, 3)
+    assert isinstance(block.dconv.conv, DepthwiseConv2d) and block.pconv.fused is None
+    assert not isinstance(plain.dconv.conv, DepthwiseConv2d)
+    assert BaseConv(8, 8, 3, kernels=only_dw.only("batchnorm_silu")).fused is not None
+    assert BaseConv(8, 8, 3).fused is None
+    assert CpuKernels(str(lib), ("upsample", "depthwise")) == CpuKernels(
+        str(lib), ("depthwise", "upsample")
+    )
+    assert only_dw.key == f"{lib}:depthwise" and NATIVE.key is None and not NATIVE
+    with pytest.raises(ValueError, match="unknown msdet kernels"):
+        CpuKernels(str(lib), ("fast",))
+    with pytest.raises(ValueError, match="need a kernel library"):
+        CpuKernels(None, ("depthwise",))
 
 
 def test_cpu_kernels_named_by_plus_are_checked():
@@ -195,14 +210,7 @@ def kernel_record(kernels, version):
     return {"kernels": list(kernels), **times, "mindspore": version, "threads": 2}
 
 
-@pytest.fixture
-def kernel_state():
-    previous = (cpu_kernels.custom_kernel_library(), cpu_kernels.enabled_kernels())
-    yield
-    cpu_kernels.set_custom_kernel_library(previous[0], previous[1] or cpu_kernels.KERNELS)
-
-
-def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog, kernel_state):
+def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog):
     import mindspore as ms
 
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
@@ -212,9 +220,8 @@ def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, ca
     with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
         json.dump(kernel_record(["depthwise"], ms.__version__), f)
     with caplog.at_level(logging.INFO, logger="msdet.engine.runtime.device"):
-        assert device.setup_cpu_kernels("auto", "CPU", threads=2) == (lib, ("depthwise",))
-    assert cpu_kernels.custom_kernel_library("depthwise") == lib
-    assert cpu_kernels.custom_kernel_library("batchnorm_silu") is None
+        chosen = device.setup_cpu_kernels("auto", "CPU", threads=2)
+    assert chosen == cpu_kernels.CpuKernels(lib, ("depthwise",))
     assert any(
         "depthwise convolutions on msdet's kernels" in r.getMessage() for r in caplog.records
     )
@@ -222,13 +229,15 @@ def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, ca
     from msdet.models.layers import BaseConv, DWConv
     from msdet.ops.depthwise import DepthwiseConv2d
 
-    block = DWConv(8, 16, 3)
+    block = DWConv(8, 16, 3, kernels=chosen)
     assert isinstance(block.dconv.conv, DepthwiseConv2d) and block.pconv.fused is None
     # Measured slower everywhere: MindSpore's operators, nothing enabled.
     with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
         json.dump(kernel_record([], ms.__version__), f)
-    assert device.setup_cpu_kernels("auto", "CPU", threads=2) == (None, ())
-    assert BaseConv(8, 8, 3).fused is None and cpu_kernels.enabled_kernels() == ()
+    chosen = device.setup_cpu_kernels("auto", "CPU", threads=2)
+    assert chosen == cpu_kernels.NATIVE
+    assert BaseConv(8, 8, 3, kernels=chosen).fused is None
     # msdet forces both (tests, benchmarks) without measuring.
-    assert device.setup_cpu_kernels("msdet", "CPU", threads=2) == (lib, cpu_kernels.KERNELS)
-    assert BaseConv(8, 8, 3).fused is not None
+    chosen = device.setup_cpu_kernels("msdet", "CPU", threads=2)
+    assert chosen == cpu_kernels.CpuKernels(lib, cpu_kernels.KERNELS)
+    assert BaseConv(8, 8, 3, kernels=chosen).fused is not None

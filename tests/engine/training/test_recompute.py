@@ -35,7 +35,7 @@ def test_levels_mark_the_cells_they_name():
         set_recompute(build_model(cfg, CLASSES), "neck")
 
 
-def gradients_at(level: str, initial: dict | None, batch):
+def gradients_at(level: str, initial: dict | None, batch, kernels):
     """(loss terms, gradients, running statistics after the step) of one forward and
     backward pass of tiny YOLOX in train mode with ``level`` recomputation."""
     from msdet.models.loss import DetectorWithLoss, YOLOXLoss
@@ -43,14 +43,14 @@ def gradients_at(level: str, initial: dict | None, batch):
 
     cfg = load_model_config("yolox_nano")
     cfg.depthwise = False
-    net = build_model(cfg, CLASSES)
+    net = build_model(cfg, CLASSES, kernels)
     if initial is None:
         initial = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
     for p in net.get_parameters():
         p.set_data(ms.Tensor(initial[p.name]))
     names = [p.name for p in net.get_parameters()]
     set_recompute(net, level)
-    with_loss = DetectorWithLoss(net, YOLOXLoss(CLASSES))
+    with_loss = DetectorWithLoss(net, YOLOXLoss(CLASSES, kernels=kernels))
     weights = net.trainable_params()
 
     class Gradients(nn.Cell):
@@ -82,25 +82,21 @@ def test_recompute_gives_the_same_losses_gradients_and_statistics(kernels):
     library = cpu_kernels.build_kernel_library() if kernels == "msdet" else None
     if kernels == "msdet" and library is None:
         pytest.skip("no C++ compiler on this machine")
-    previous = cpu_kernels.custom_kernel_library()
-    cpu_kernels.set_custom_kernel_library(library)
-    try:
-        batch = synthetic_batch(BATCH, IMG, CLASSES, 8, 3, seed=4)
-        initial, losses, grads, stats = gradients_at("none", None, batch)
-        for level in RECOMPUTE_LEVELS[1:]:
-            _, r_losses, r_grads, r_stats = gradients_at(level, initial, batch)
-            grad_diff = max(float(np.abs(a - b).max()) for a, b in zip(r_grads, grads))
-            print(
-                f"{kernels} {level}: loss diff {max(abs(a - b) for a, b in zip(r_losses, losses))}, "
-                f"gradient diff {grad_diff}"
-            )
-            # Measured bit-identical (0.0) on the AMD EPYC for both kernels and both levels.
-            np.testing.assert_allclose(r_losses, losses, rtol=1e-6)
-            for a, b in zip(r_grads, grads):
-                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-            for name, value in stats.items():
-                np.testing.assert_allclose(r_stats[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
-            moved = max(float(np.abs(stats[n] - initial[n]).max()) for n in stats)
-            assert moved > 1e-3  # the statistics did update (once)
-    finally:
-        cpu_kernels.set_custom_kernel_library(previous)
+    chosen = cpu_kernels.CpuKernels.all(library)
+    batch = synthetic_batch(BATCH, IMG, CLASSES, 8, 3, seed=4)
+    initial, losses, grads, stats = gradients_at("none", None, batch, chosen)
+    for level in RECOMPUTE_LEVELS[1:]:
+        _, r_losses, r_grads, r_stats = gradients_at(level, initial, batch, chosen)
+        grad_diff = max(float(np.abs(a - b).max()) for a, b in zip(r_grads, grads))
+        print(
+            f"{kernels} {level}: loss diff {max(abs(a - b) for a, b in zip(r_losses, losses))}, "
+            f"gradient diff {grad_diff}"
+        )
+        # Measured bit-identical (0.0) on the AMD EPYC for both kernels and both levels.
+        np.testing.assert_allclose(r_losses, losses, rtol=1e-6)
+        for a, b in zip(r_grads, grads):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        for name, value in stats.items():
+            np.testing.assert_allclose(r_stats[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+        moved = max(float(np.abs(stats[n] - initial[n]).max()) for n in stats)
+        assert moved > 1e-3  # the statistics did update (once)

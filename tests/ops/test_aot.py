@@ -1,4 +1,4 @@
-"""ops.inplace: in-place compiled operators leave MindSpore's other custom operators alone."""
+"""ops.aot: in-place compiled operators leave MindSpore's other custom operators alone."""
 
 from __future__ import annotations
 
