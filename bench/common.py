@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from msdet.common.config import CONFIG_DIR
+from msdet.common.config import load_config
 
 # The SIMD levels that decide which kernels oneDNN, MindSpore's nnacl, PyTorch and msdet's
 # own CPU kernels run (x86 "flags", aarch64 "Features" in /proc/cpuinfo): two CPUs with the
@@ -148,15 +148,11 @@ def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: 
     seconds by name, the batch's tensors)``; ``steps`` sizes the learning-rate schedule."""
     import time
 
-    from hydra import compose, initialize_config_dir
-
     from msdet.engine.runtime.process import setup_runtime
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"],
-        )
+    cfg = load_config(
+        "tool", ["runtime=cpu", f"runtime.threads={threads}", "runtime.cpu_kernels=msdet"]
+    )
     rt = setup_runtime(cfg.runtime, ".")
     if not rt.kernels:
         raise SystemExit("msdet's kernels are not available here (no compiler?)")

@@ -31,6 +31,7 @@ import sys
 from typing import Any
 
 from msdet.bench.common import CONFIG_DIR, machine, print_header, print_result
+from msdet.common.config import load_config
 from msdet.engine.training.run_record import read_results
 
 ROOT = os.path.dirname(CONFIG_DIR)
@@ -59,7 +60,7 @@ def run_msdet(args, out: str, seed: int) -> dict:
         "train.overwrite=true",  # a repeated run replaces its own folder
         f"train.multiscale_range={args.multiscale}",
         *args.set,
-        f"hydra.run.dir={run_dir}",
+        f"run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
     rows = read_results(run_dir)
@@ -218,19 +219,17 @@ def main(argv: list[str] | None = None) -> dict:
         return {"rows": rows}
 
     print_header("convergence over seeds: msdet vs PyTorch YOLOX")
-    from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"train={args.recipe}",
-                f"data.num_train={args.num_train}",
-                f"data.num_val={args.num_val}",
-                f"data.min_object_size={args.min_object_size}",
-                *args.set,
-            ],
-        )
+    cfg = load_config(
+        "tool",
+        [
+            f"train={args.recipe}",
+            f"data.num_train={args.num_train}",
+            f"data.num_val={args.num_val}",
+            f"data.min_object_size={args.min_object_size}",
+            *args.set,
+        ],
+    )
     from msdet.data.build import build_sources  # generates the shapes set once, for both sides
 
     root = os.path.dirname(os.path.dirname(build_sources(cfg.data)[0].ann_file))

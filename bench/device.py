@@ -46,7 +46,7 @@ COLUMNS = (
 
 def launch(entry: str, cards: int, overrides: list[str], run_dir: str) -> None:
     """``entry`` on ``cards`` ranks (msrun through the launcher) or in this process's place."""
-    args = [*overrides, f"hydra.run.dir={run_dir}"]
+    args = [*overrides, f"run.dir={run_dir}"]
     if cards > 1:
         env = {**os.environ, "TRAIN_ENTRY": entry}
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
         launch(os.path.join(ROOT, "train.py"), args.cards, overrides, run_dir)
         result = {"mode": "train.py", **from_training(run_dir)}
     else:
-        overrides = [*args.overrides, f"+bench.steps={args.steps}", f"+bench.warmup={args.warmup}"]
-        launch(STEP_ENTRY, args.cards, overrides, run_dir)
+        timing = [f"--steps={args.steps}", f"--warmup={args.warmup}"]
+        launch(STEP_ENTRY, args.cards, [*timing, *args.overrides], run_dir)
         with open(os.path.join(run_dir, RESULT_FILE), encoding="utf-8") as f:
             result = {"mode": "step", **json.load(f)}
     result.update(cards=args.cards, overrides=args.overrides, run_dir=run_dir)

@@ -1,7 +1,9 @@
-"""``bench.device``'s per-rank step benchmark (a Hydra entry point, one process per rank)."""
+"""``bench.device``'s per-rank step benchmark, one process per rank:
+``device_step.py [--steps N] [--warmup N] key=value ...``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -9,12 +11,10 @@ import statistics
 import sys
 import time
 
-import hydra
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
 
 from msdet.common.config import ROOT
+from msdet.engine.cli import Run, run_command
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -25,13 +25,13 @@ from msdet.bench.device import RESULT_FILE  # noqa: E402
 NUM_CLASSES = 80
 
 
-@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(run: Run, steps: int, warmup: int) -> None:
+    cfg = run.cfg
     from msdet.engine.cli import prepare_config
     from msdet.engine.runtime.process import setup_runtime
 
     prepare_config(cfg)
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+    rt = setup_runtime(cfg.runtime, run.dir)
     import mindspore as ms
 
     from msdet.engine.runtime.amp import apply_amp
@@ -40,7 +40,6 @@ def main(cfg: DictConfig) -> None:
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
-    steps, warmup = int(cfg.bench.steps), int(cfg.bench.warmup)
     batch, (h, w) = int(cfg.train.batch_size), (int(v) for v in cfg.data.img_size)
     net = apply_amp(build_model(cfg.model, NUM_CLASSES, rt.kernels), rt)
     lrs = yolox_lr_schedule(0.01, steps + warmup + 2, 1, 0, 0)
@@ -92,4 +91,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    timing, settings = parser.parse_known_args()
+    run_command("bench.device", lambda run: main(run, timing.steps, timing.warmup), argv=settings)

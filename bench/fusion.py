@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from msdet.bench.common import median, print_header, print_result, read_result, train_py_step
-from msdet.common.config import ROOT
+from msdet.common.config import ROOT, load_config
 
 
 def one_variant(
@@ -34,25 +34,20 @@ def one_variant(
 ) -> dict:
     """One variant in this process. ``update_file``: where to save the first step's update
     of the trainable weights (after minus before, float64, all parameters in one vector)."""
-    from hydra import compose, initialize_config_dir
 
-    from msdet.bench.common import CONFIG_DIR, synthetic_batch
-    from msdet.engine.cli import prepare_config
+    from msdet.bench.common import synthetic_batch
     from msdet.engine.runtime.process import setup_runtime
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = prepare_config(
-            compose(
-                "config",
-                overrides=[
-                    "runtime=cpu",
-                    f"runtime.fusion={fusion}",
-                    "data.img_size=320",
-                    "data.max_objects=50",
-                    *overrides,
-                ],
-            )
-        )
+    cfg = load_config(
+        "tool",
+        [
+            "runtime=cpu",
+            f"runtime.fusion={fusion}",
+            "data.img_size=320",
+            "data.max_objects=50",
+            *overrides,
+        ],
+    )
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
 

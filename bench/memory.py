@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from msdet.bench.common import print_header, print_result, read_result, train_py_step
+from msdet.common.config import load_config
 
 
 def _status_mb() -> dict[str, float]:
@@ -88,27 +89,23 @@ class Stages:
 
 def msdet_side(args, overrides: list[str]) -> dict:
     stages = Stages()
-    from hydra import compose, initialize_config_dir
 
-    from msdet.bench.common import CONFIG_DIR, synthetic_batch
-    from msdet.engine.cli import prepare_config
+    from msdet.bench.common import synthetic_batch
     from msdet.engine.runtime.memory import release_free_heap
     from msdet.engine.runtime.process import setup_runtime
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"model={args.model}",
-                f"train.batch_size={args.batch}",
-                f"data.img_size=[{args.img},{args.img}]",
-                f"eval.img_size=[{args.img},{args.img}]",
-                f"eval.batch_size={args.batch}",
-                "data.max_objects=50",
-                *overrides,
-            ],
-        )
-    prepare_config(cfg)
+    cfg = load_config(
+        "tool",
+        [
+            f"model={args.model}",
+            f"train.batch_size={args.batch}",
+            f"data.img_size=[{args.img},{args.img}]",
+            f"eval.img_size=[{args.img},{args.img}]",
+            f"eval.batch_size={args.batch}",
+            "data.max_objects=50",
+            *overrides,
+        ],
+    )
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-bench-"))
     import mindspore as ms
 

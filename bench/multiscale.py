@@ -18,16 +18,14 @@ import argparse
 import os
 import time
 
-from hydra import compose, initialize_config_dir
-
 from msdet.bench.common import (
-    CONFIG_DIR,
     print_header,
     print_result,
     synthetic_batch,
     timed,
     train_py_step,
 )
+from msdet.common.config import load_config
 from msdet.engine.runtime.process import setup_runtime
 
 
@@ -92,10 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-classes", type=int, default=80)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=yolox_s")
     args = parser.parse_args(argv)
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "config", overrides=["runtime=cpu", "train.multiscale_range=5", *args.overrides]
-        )
+    cfg = load_config("tool", ["runtime=cpu", "train.multiscale_range=5", *args.overrides])
     print_header("msdet multi-scale compile and step time")
     rt = setup_runtime(cfg.runtime, ".")
     sizes = [(int(s), int(s)) for s in args.sizes.split(",") if s]

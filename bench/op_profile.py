@@ -34,6 +34,7 @@ from msdet.bench.common import (
     synthetic_batch,
     train_py_step,
 )
+from msdet.common.config import load_config
 
 CATEGORIES = (
     "convolutions, dense: forward",
@@ -105,19 +106,12 @@ def _wall(step, steps: int) -> float:
 
 
 def msdet_side(steps: int, overrides: list[str]) -> dict:
-    from hydra import compose, initialize_config_dir
 
-    from msdet.bench.common import CONFIG_DIR
-    from msdet.engine.cli import prepare_config
     from msdet.engine.runtime.process import setup_runtime
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = prepare_config(
-            compose(
-                "config",
-                overrides=["runtime=cpu", "data.img_size=320", "data.max_objects=50", *overrides],
-            )
-        )
+    cfg = load_config(
+        "tool", ["runtime=cpu", "data.img_size=320", "data.max_objects=50", *overrides]
+    )
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler

@@ -19,13 +19,13 @@ import statistics
 import sys
 import time
 
+from msdet.common.config import load_config
 from msdet.engine.runtime.device import configure_process_env
 
 configure_process_env("CPU")  # before MindSpore loads (imported by data.pipeline)
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from msdet.bench.common import CONFIG_DIR, cpu_model  # noqa: E402
+from msdet.bench.common import cpu_model  # noqa: E402
 from msdet.data.build import build_sources  # noqa: E402
 from msdet.data.pipeline import build_train_dataset  # noqa: E402
 
@@ -62,8 +62,7 @@ def main() -> None:
         "data.aug.mosaic_prob=1.0",
         "data.aug.mixup_prob=1.0",
     ]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        cfg = compose("config", overrides=overrides)
+    cfg = load_config("tool", overrides)
     train, _ = build_sources(cfg.data)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

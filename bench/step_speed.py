@@ -22,10 +22,7 @@ import sys
 import tempfile
 import time
 
-from hydra import compose, initialize_config_dir
-
 from msdet.bench.common import (
-    CONFIG_DIR,
     peak_rss_mb,
     print_header,
     print_result,
@@ -34,7 +31,7 @@ from msdet.bench.common import (
     timed,
     train_py_step,
 )
-from msdet.engine.cli import prepare_config
+from msdet.common.config import load_config
 from msdet.engine.runtime.memory import release_free_heap
 from msdet.engine.runtime.process import setup_runtime
 
@@ -126,8 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.alternate:
         return alternate(args, argv if argv is not None else sys.argv[1:])
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = prepare_config(compose("config", overrides=["runtime=cpu", *args.overrides]))
+    cfg = load_config("tool", ["runtime=cpu", *args.overrides])
     print_header("msdet " + ("inference" if args.infer else "training step"))
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-bench-"))
     if args.infer:

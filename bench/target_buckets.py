@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from hydra import compose, initialize_config_dir
 
-from msdet.bench.common import CONFIG_DIR, print_header, print_result
+from msdet.bench.common import print_header, print_result
+from msdet.common.config import load_config
 from msdet.data.buckets import bucket_rows, target_buckets
 from msdet.data.build import build_sources
 from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, first_no_aug_epoch
-from msdet.engine.cli import prepare_config
 
 
 def fullest_per_batch(samples: TrainSamples, sampler: EpochSampler, epoch: int, batch: int):
@@ -41,13 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data=coco")
     args = parser.parse_args(argv)
     bucket_list = [int(b) for b in args.buckets.split(",") if b]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = prepare_config(
-            compose(
-                "config",
-                overrides=[*args.overrides, f"data.target_buckets={bucket_list}"],
-            )
-        )
+    cfg = load_config("tool", [*args.overrides, f"data.target_buckets={bucket_list}"])
     print_header("training batches: fullest image and target bucket")
     buckets = target_buckets(cfg.data)
     train_src, _ = build_sources(cfg.data)

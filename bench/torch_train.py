@@ -78,7 +78,8 @@ def train_original(
     net.train()
     steps = len(dataset) // batch
     lr = lr_per_img * batch
-    opt = yolox_optimizer(net, lr)
+    # Exp.get_optimizer: the optimizer starts at warmup_lr (0) with a warm-up, else at lr.
+    opt = yolox_optimizer(net, 0.0 if warmup_epochs > 0 else lr)
     sched = LRScheduler(
         "yoloxwarmcos",
         lr,
@@ -100,9 +101,6 @@ def train_original(
         )
         sums, t0 = {"total": 0.0, "iou": 0.0, "obj": 0.0, "cls": 0.0, "l1": 0.0}, time.time()
         for images, targets, _, _ in loader:
-            it += 1
-            for group in opt.param_groups:
-                group["lr"] = sched.update_lr(it)
             images, targets = images.float(), targets.float()
             if exp is not None:  # the original's Trainer.train_one_iter
                 images, targets = exp.preprocess(images, targets, input_size)
@@ -111,6 +109,9 @@ def train_original(
             out["total_loss"].backward()
             opt.step()
             ema.update(net)
+            it += 1  # Trainer.train_one_iter: the rate for the next step, after this one
+            for group in opt.param_groups:
+                group["lr"] = sched.update_lr(it)
             for k, key in (
                 ("total", "total_loss"),
                 ("iou", "iou_loss"),

@@ -1,9 +1,287 @@
-"""The configuration: where it lives, and the one loader every command composes it with."""
+"""The configuration: where it lives, what each command takes, and the one function that
+composes it for every entry point and tool (:func:`load_config`).
+
+The values are the YAML files of ``configs/`` (``config.yaml`` and its groups ``model``,
+``data``, ``train``, ``runtime``), composed by Hydra from ``key=value`` overrides as users
+type them. Around Hydra's composition this module decides, before any work starts:
+
+- which sections a command takes (:data:`COMMANDS`): ``train.py source=x`` is an error
+  naming the command that takes ``source``;
+- whether each key exists: a mistyped key (``train.epoch``), with or without Hydra's ``+``,
+  is an error with the closest valid keys ("did you mean train.epochs?");
+- whether each value fits its key (:mod:`msdet.common.schema`): ``train.epochs=2.5`` is an
+  error naming the key, the value and what it takes;
+- paths and globs (``source``, ``ckpt``, ``data.root``, ...) are taken as typed, so
+  ``source=photos/[ab]*.jpg`` needs no Hydra quoting.
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from msdet.common.schema import SCHEMA, ConfigError
 
 # The repository (or installed package) root and its YAML config groups.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(ROOT, "configs")
+GROUPS = ("model", "data", "train", "runtime")
+# Keys whose values are paths, globs or names: taken verbatim from the command line (Hydra's
+# grammar would read the brackets of a glob as a list).
+VERBATIM = ("ckpt", "source", "data.root", "data.cache_dir", "run.dir", "run.name", "run.root",
+            "train.resume", "train.pretrained", "export.out")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command line msdet offers: the config sections it takes, and how to call it."""
+
+    name: str  # as users run it: "train.py", "python -m msdet.data.check"
+    sections: tuple[str, ...]
+    summary: str = ""
+    examples: tuple[str, ...] = field(default_factory=tuple)
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command(
+        "train.py",
+        ("model", "data", "train", "runtime", "eval", "run"),
+        "Train a YOLOX detector; everything of the run lands in its run folder.",
+        (
+            "python train.py",
+            "python train.py model=yolox_s data=coco data.root=/data/coco train.epochs=300",
+            "python train.py data=path/to/dataset model=yolox_tiny",
+            "python train.py run.name=nano train.resume=auto",
+        ),
+    ),
+    "eval": Command(
+        "eval.py",
+        ("model", "data", "eval", "runtime", "ckpt", "run"),
+        "Evaluate a checkpoint or an exported model with COCO mAP on a val split.",
+        (
+            "python eval.py ckpt=runs/train/exp/checkpoints/best.ckpt",
+            "python eval.py ckpt=best.ckpt data=path/to/dataset eval.img_size=416",
+        ),
+    ),
+    "predict": Command(
+        "predict.py",
+        ("model", "data", "eval", "predict", "runtime", "ckpt", "source", "run"),
+        "Detect objects in images, folders, globs, videos or a camera.",
+        (
+            "python predict.py ckpt=best.ckpt source=photo.jpg",
+            "python predict.py ckpt=best.ckpt source=photos/ predict.conf=0.4",
+            "python predict.py ckpt=model.mindir source=photos/**/*.jpg predict.save_txt=true",
+        ),
+    ),
+    "export": Command(
+        "export.py",
+        ("model", "data", "eval", "export", "runtime", "ckpt", "run"),
+        "Export a checkpoint to MINDIR or ONNX, check the file, and score it on the val split.",
+        (
+            "python export.py ckpt=best.ckpt",
+            "python export.py ckpt=best.ckpt export.format=ONNX eval.img_size=416",
+        ),
+    ),
+    # Tools: each takes what it reads.
+    "data.check": Command("python -m msdet.data.check", ("data",)),
+    "data.visualize": Command("python -m msdet.data.visualize", ("data",)),
+    "bench.device": Command(
+        "bench/device_step.py", ("model", "data", "train", "runtime", "eval", "run")
+    ),
+    "selftest": Command(
+        "python -m msdet.engine.tools.selftest",
+        ("model", "data", "train", "runtime", "eval", "export", "run"),
+    ),
+    "tool": Command(
+        "a tool", ("model", "data", "train", "runtime", "eval", "predict", "export", "run")
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``key=value`` of a command line, as typed and as Hydra reads it."""
+
+    key: str
+    value: Any
+    text: str  # as typed
+    verbatim: bool = False  # the value is the raw text after '='
+
+
+def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
+    """The composed, checked config for ``command`` (a key of :data:`COMMANDS`) with
+    ``overrides`` (``key=value`` as typed on its command line).
+
+    Raises :class:`ConfigError` naming the key (and the closest valid ones, or the command
+    that takes it) for any override or value msdet cannot use. The result is an OmegaConf
+    ``DictConfig`` in struct mode (reading a missing key is an error), with input sizes as
+    ``[h, w]``.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    spec = COMMANDS[command]
+    parsed = parse_overrides(overrides)
+    groups = [o for o in parsed if o.key in GROUPS]
+    for o in groups:
+        _check_group_option(o)
+    base = _compose([o.text for o in groups])
+    known = set(flatten(OmegaConf.to_container(base, resolve=False)))
+    sections = set(known_sections(known))
+    hydra_overrides = [o.text for o in groups]
+    verbatim = []
+    for o in parsed:
+        if o.key in GROUPS:
+            continue
+        _check_key(o.key, known, sections, spec)
+        if o.verbatim:
+            verbatim.append(o)
+        else:
+            hydra_overrides.append(f"{o.key}={o.text.partition('=')[2]}")
+    cfg = _compose(hydra_overrides)
+    with open_dict(cfg):
+        for o in verbatim:
+            OmegaConf.update(cfg, o.key, o.value, merge=False)
+    validate(cfg, spec.sections)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def parse_overrides(overrides: Iterable[str]) -> list[Override]:
+    """Each ``key=value`` as an :class:`Override`; ``+``/``++`` are dropped from a key (its
+    existence is checked like any other), ``~key`` (delete) is an error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    out = []
+    for text in overrides:
+        key, sep, raw = str(text).partition("=")
+        if key.startswith("~"):
+            raise ConfigError(f"{text}: msdet's settings cannot be deleted; set a value instead")
+        key = key.lstrip("+")
+        if not sep or not key:
+            raise ConfigError(
+                f"{text!r} is not a setting: settings are key=value (e.g. train.epochs=10)"
+            )
+        if key.startswith("hydra."):
+            hint = " (the run folder is run.dir=PATH)" if key == "hydra.run.dir" else ""
+            raise ConfigError(f"{key}: msdet does not take Hydra's own settings{hint}")
+        if key in VERBATIM:
+            value = None if raw in ("null", "None", "~") else raw
+            out.append(Override(key, value, f"{key}={raw}", verbatim=True))
+            continue
+        try:
+            (parsed,) = parser.parse_overrides([f"{key}={raw}"])
+        except OverrideParseException as err:
+            first = str(err).splitlines()[0]
+            raise ConfigError(f"{text}: not a value msdet can read ({first})") from err
+        out.append(Override(key, parsed.value(), f"{key}={raw}"))
+    return out
+
+
+def validate(cfg: Any, sections: Iterable[str]) -> None:
+    """Check every value of ``sections`` against :data:`~msdet.common.schema.SCHEMA`, in
+    place (sizes become ``[h, w]``); a key without a schema entry is a :class:`ConfigError`
+    too (a YAML key added without saying what it takes)."""
+    from omegaconf import OmegaConf, open_dict
+
+    values = flatten(OmegaConf.to_container(cfg, resolve=True))
+    with open_dict(cfg):
+        for key, value in values.items():
+            if key.split(".")[0] not in sections:
+                continue
+            spec = SCHEMA.get(key)
+            if spec is None:
+                raise ConfigError(f"{key} has no schema entry (msdet.common.schema.SCHEMA)")
+            checked = spec.validate(key, value)
+            if checked != value or type(checked) is not type(value):
+                OmegaConf.update(cfg, key, checked, merge=False)
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"epochs": 5}}`` -> ``{"train.epochs": 5}`` (lists are values)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def known_sections(keys: Iterable[str]) -> list[str]:
+    """The top-level sections of flattened ``keys``."""
+    return sorted({k.split(".")[0] for k in keys})
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the YAML files in ``configs/<group>/``."""
+    folder = os.path.join(CONFIG_DIR, group)
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
+
+
+def commands_taking(section: str) -> list[str]:
+    """The entry points (``train.py`` ...) that take ``section``."""
+    return [c.name for k, c in COMMANDS.items() if section in c.sections and k in _ENTRY_POINTS]
+
+
+_ENTRY_POINTS = ("train", "eval", "predict", "export")
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(first) from err
+
+
+def _check_group_option(o: Override) -> None:
+    options = group_options(o.key)
+    if isinstance(o.value, str) and o.value in options:
+        return
+    close = difflib.get_close_matches(str(o.value), options, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ConfigError(
+        f"{o.key}={o.value}: no such {o.key} config; {hint}options: {', '.join(options)}"
+    )
+
+
+def _check_key(key: str, known: set[str], sections: set[str], spec: Command) -> None:
+    section = key.split(".")[0]
+    if section in sections and section not in spec.sections:
+        takers = commands_taking(section)
+        raise ConfigError(
+            f"{spec.name} does not take {key}"
+            + (f" ({' and '.join(takers)} {'do' if len(takers) > 1 else 'does'})" if takers else "")
+            + f"; it takes {', '.join(spec.sections)}"
+        )
+    if key in known or any(k.startswith(key + ".") for k in known):
+        return
+    taken = [g for g in GROUPS if g in spec.sections]
+    taken += [k for k in known if k.split(".")[0] in spec.sections]
+    raise ConfigError(f"unknown setting {key}" + suggestion(key, taken))
+
+
+def suggestion(key: str, keys: Sequence[str]) -> str:
+    """ "": nothing close; else "; did you mean a or b?" from ``keys`` close to ``key`` as a
+    whole or by its last part (``conf`` -> ``predict.conf``)."""
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.75)
+    leaf = key.split(".")[-1]
+    by_leaf = [k for k in keys if k.split(".")[-1] == leaf]
+    by_leaf += [
+        k for k in keys if difflib.SequenceMatcher(None, leaf, k.split(".")[-1]).ratio() >= 0.8
+    ]
+    names = list(dict.fromkeys([*close, *by_leaf]))[:3]
+    return f"; did you mean {' or '.join(names)}?" if names else ""

@@ -1,4 +1,4 @@
-"""Turn the ``data`` config group into the train and val :class:`CocoSource` pair."""
+"""Turn the ``data`` config group into its train and val :class:`CocoSource` splits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from msdet.data.coco import CocoSource
-from msdet.data.synthetic import MIN_OBJECT_SIZE, categories_for, ensure_shapes_dataset, shapes_root
+from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
 
 
 def dataset_root(data_cfg: Any) -> str:
@@ -19,8 +19,8 @@ def dataset_root(data_cfg: Any) -> str:
     Any other name: ``data.root``, which must exist (``FileNotFoundError`` naming it).
     """
     if data_cfg.name == "shapes":
-        classes = tuple(data_cfg.get("classes") or ()) or None
-        min_size = int(data_cfg.get("min_object_size", MIN_OBJECT_SIZE))
+        classes = tuple(data_cfg.classes or ()) or None
+        min_size = int(data_cfg.min_object_size)
         root = data_cfg.root or shapes_root(
             str(data_cfg.cache_dir),
             int(data_cfg.seed),
@@ -63,12 +63,18 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
     return train, val
 
 
+def build_val_source(data_cfg: Any) -> CocoSource:
+    """The val source of ``data_cfg`` alone (eval.py needs no train split)."""
+    root = dataset_root(data_cfg)
+    return CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+
+
 def dataset_classes(data_cfg: Any) -> tuple[list[str], list[int]]:
     """Class names and category ids (in training order: sorted ids) of ``data_cfg``'s
     dataset, without building or generating it: the built-in set's from its config, a COCO
     folder's from the categories of its val annotation file."""
     if data_cfg.name == "shapes":
-        categories = list(categories_for(tuple(data_cfg.get("classes") or ()) or None))
+        categories = list(categories_for(tuple(data_cfg.classes or ()) or None))
     else:
         path = os.path.join(str(data_cfg.root or ""), str(data_cfg.val.ann_file))
         try:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from msdet.common.config import CONFIG_DIR
+from msdet.common.config import load_config
 from msdet.common.host import available_cores
 from msdet.data.build import dataset_root
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
@@ -419,10 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        cfg = compose("config", overrides=list(args.overrides))
+    cfg = load_config("tool", list(args.overrides))
 
     def progress(split: str, done: int, total: int) -> None:
         step = max(1, total // 10)

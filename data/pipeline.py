@@ -35,6 +35,7 @@ from msdet.data.transforms import (
     mixup,
     mosaic_canvas,
     random_affine,
+    resize_to_fit,
     xyxy_to_cxcywh,
 )
 
@@ -158,8 +159,9 @@ class TrainSamples:
     ``samples[epoch * len(source) + i]`` is sample ``i`` of ``epoch``: with probability
     ``mosaic_prob`` a mosaic of it and three random images, warped by a random affine,
     then (``mixup_prob``, if boxes remain) mixed up with a random image that has objects;
-    otherwise the image alone. Then HSV jitter (``hsv_prob``), horizontal flip
-    (``flip_prob``), letterbox to ``img_size`` and removal of boxes thinner than 1 px.
+    otherwise the image alone, resized to fit. Then YOLOX's ``TrainTransform``
+    (:meth:`train_transform`): HSV jitter (``hsv_prob``), horizontal flip (``flip_prob``),
+    letterbox to ``img_size`` and removal of boxes of 1 px or less on a side.
     From epoch :func:`first_no_aug_epoch` on, mosaic and mixup are off (YOLOX's last
     epochs). An image that fails to load is replaced by the next readable one, warned
     about once per file and counted in ``source.unreadable`` (see
@@ -220,22 +222,40 @@ class TrainSamples:
                 aug.mosaic_scale,
                 aug.shear,
             )
-            boxes, labels = filter_boxes(boxes, labels)
+            # YOLOX 0.3.0 keeps every warped box here, however thin: they decide whether
+            # mixup applies, and the final filter may give them back (train_transform).
             if len(boxes) and len(self.with_objects) and rng.random() < aug.mixup_prob:
                 partner = self._load(epoch, int(rng.choice(self.with_objects)), need_objects=True)
                 img, boxes, labels = mixup(img, boxes, labels, partner, rng, aug.mixup_scale)
         else:
+            # As YOLOX's pull_item: the image resized to fit first, jittered after.
             img, boxes, labels = self._load(epoch, i, own=True)
+            img, boxes = resize_to_fit(img, boxes, self.img_size)
+        return self.train_transform(img, boxes, labels, rng)
 
+    def train_transform(
+        self, img: np.ndarray, boxes: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """YOLOX 0.3.0's ``TrainTransform``: HSV jitter (``hsv_prob``) and flip
+        (``flip_prob``), letterbox to ``img_size``, boxes of 1 px or less on a side dropped.
+        An image without boxes is only letterboxed (no jitter, no flip: YOLOX draws
+        nothing for it); when every box is dropped, the sample goes back to the image before
+        jitter and flip with all its boxes, the thin ones included, as YOLOX does."""
+        aug = self.aug
+        if len(boxes) == 0:
+            img, _ = letterbox(img, self.img_size)
+            return img, boxes.reshape(0, 4).astype(np.float32), labels.astype(np.int64)
+        before = img, boxes, labels
         if rng.random() < aug.hsv_prob:
             img = hsv_jitter(img, rng)
         if rng.random() < aug.flip_prob:
             img, boxes = horizontal_flip(img, boxes)
-        if img.shape[:2] != self.img_size:
-            img, ratio = letterbox(img, self.img_size)
-            boxes = boxes * np.float32(ratio)
-        boxes, labels = filter_boxes(boxes, labels)
-        return img, boxes.astype(np.float32), labels.astype(np.int64)
+        img, ratio = letterbox(img, self.img_size)
+        kept, kept_labels = filter_boxes(boxes * np.float32(ratio), labels)
+        if len(kept) == 0:
+            img, ratio = letterbox(before[0], self.img_size)
+            kept, kept_labels = before[1] * np.float32(ratio), before[2]
+        return img, kept.astype(np.float32), kept_labels.astype(np.int64)
 
     def pad_targets(self, boxes: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """YOLOX targets [max_objects, 5] = (class, cx, cy, w, h), zero-padded, and the mask

@@ -39,6 +39,19 @@ def letterbox(
     return out, ratio
 
 
+def resize_to_fit(
+    img: np.ndarray, boxes: np.ndarray, size_hw: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Resize keeping the aspect ratio to fit ``size_hw`` (no padding), boxes with it: what
+    YOLOX's dataset hands its transforms (``pull_item``)."""
+    h, w = img.shape[:2]
+    ratio = min(int(size_hw[0]) / h, int(size_hw[1]) / w)
+    new_w, new_h = max(1, int(w * ratio)), max(1, int(h * ratio))
+    if (new_w, new_h) != (w, h):
+        img = cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    return img, (boxes * np.float32(ratio)).astype(np.float32)
+
+
 def hsv_jitter(
     img: np.ndarray, rng: np.random.Generator, gains: Sequence[float] = HSV_GAINS
 ) -> np.ndarray:
@@ -208,7 +221,8 @@ def mixup(
     pasted_boxes = pasted_boxes - np.array([x_off, y_off, x_off, y_off], dtype=np.float32)
     pasted_boxes[:, 0::2] = pasted_boxes[:, 0::2].clip(0, target_w)
     pasted_boxes[:, 1::2] = pasted_boxes[:, 1::2].clip(0, target_h)
-    blended = cv2.addWeighted(img, 0.5, crop, 0.5, 0.0)
+    # YOLOX blends in float32 and truncates back to uint8 (cv2.addWeighted would round).
+    blended = (0.5 * img.astype(np.float32) + 0.5 * crop.astype(np.float32)).astype(np.uint8)
     return (
         blended,
         np.concatenate([boxes, pasted_boxes]).astype(np.float32).reshape(-1, 4),

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
-from hydra import compose, initialize_config_dir
 
-from msdet.common.config import CONFIG_DIR
+from msdet.common.config import load_config
 from msdet.data.build import build_sources
 
 
@@ -61,8 +60,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     # importable without it (engine.plots draws evaluation pictures before it loads).
     from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        cfg = compose("config", overrides=list(args.overrides))
+    cfg = load_config("tool", list(args.overrides))
     img_size = check_data_config(cfg.data)
     train, _ = build_sources(cfg.data)
     samples = TrainSamples(

@@ -1,76 +1,160 @@
-"""What every Hydra entry point (train.py, eval.py, predict.py, export.py) does around its
-work: normalise the config as users type it, and report a user's mistake in one line.
+"""What every entry point (train.py, eval.py, predict.py, export.py) does around its work.
 
-Free of MindSpore imports: it runs before :func:`engine.runtime.setup_runtime`.
+:func:`run_command` reads the command line (``--help``, ``key=value`` settings), composes
+and checks the config (:func:`msdet.common.config.load_config`: a bad key or value stops
+here, before any folder exists), claims the run folder (created, locked, checked by the
+command's own ``accept`` rule, and only then written: the log file and ``config.yaml``),
+runs the command, and reports a user's mistake in one line. A command that fails before
+producing anything leaves no folder behind.
+
+Free of MindSpore imports: it runs before :func:`msdet.engine.runtime.process.setup_runtime`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import open_dict
-
-from msdet.data.config import input_size
+from msdet.common import logs
+from msdet.common.config import COMMANDS, CONFIG_DIR, GROUPS, flatten, group_options, load_config
+from msdet.common.runs import RunFolder, claim_run_folder
+from msdet.common.schema import ConfigError
 
 log = logging.getLogger("msdet")
 
 # Errors that describe bad input (a config value, a path, a checkpoint, a stopped run):
 # msdet's messages name the file or key, so one line says it all and the traceback only
-# goes to the run's log file. Anything else is a bug and keeps Hydra's traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, PermissionError)
+# goes to the run's log file. Anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
 
-def prepare_config(cfg: Any) -> Any:
-    """Normalise settings users may type in short form, in place; returns ``cfg``.
+@dataclass
+class Run:
+    """What a command's body gets: the checked config, its run folder, and the settings
+    as the user typed them (``key -> value``: the composed config cannot say whether
+    ``model=yolox_nano`` was the default or the user's choice; this can)."""
 
-    ``data.img_size`` and ``eval.img_size`` become ``[h, w]`` (one number means a
-    square); a size that is not a multiple of 32 raises ``ValueError`` naming its key.
-    """
-    with open_dict(cfg):
-        if "data" in cfg and "img_size" in cfg.data:
-            cfg.data.img_size = list(input_size(cfg.data.img_size, "data.img_size"))
-        if "eval" in cfg and "img_size" in cfg.eval:
-            cfg.eval.img_size = list(input_size(cfg.eval.img_size, "eval.img_size"))
-    return cfg
+    command: str
+    cfg: Any
+    folder: RunFolder | None
+    typed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dir(self) -> str:
+        return self.folder.path if self.folder else "."
 
 
-def typed_overrides() -> dict[str, str]:
-    """The command line's overrides as typed (``key -> value``, Hydra's ``+``/``~`` prefixes
-    dropped); {} outside a Hydra run. The composed config cannot say whether
-    ``model=yolox_nano`` was the default or the user's choice; this can."""
+def run_command(
+    command: str,
+    body: Callable[[Run], Any],
+    argv: Sequence[str] | None = None,
+    accept: Callable[[Run], None] | None = None,
+    locate: Callable[[Any], None] | None = None,
+    main_rank: bool | None = None,
+) -> Any:
+    """Run ``body`` as the command ``command`` (a key of ``COMMANDS``) with ``argv``
+    (default: ``sys.argv[1:]``). ``accept(run)`` may refuse the claimed folder before
+    anything is written into it (train.py: a used folder, a resume that does not fit);
+    ``locate(cfg)`` may name the folder first (train.py: ``train.resume=auto`` without a
+    named run continues the latest one).
+    ``main_rank``: whether this process writes the run folder (default: the launcher's
+    rank is 0); the others neither lock nor write it. Exits 2 on a bad command line, 1 on
+    a user's error, with one ``error:`` line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logs.setup_logging()
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text(command))
+        sys.exit(0)
+    options = [a for a in argv if a.startswith("-")]
+    if options:
+        _fail(
+            f"{options[0]}: {COMMANDS[command].name} takes settings as key=value (see --help)",
+            2,
+        )
     try:
-        from hydra.core.hydra_config import HydraConfig
+        cfg = load_config(command, argv)
+        if locate is not None:
+            locate(cfg)
+    except ConfigError as err:
+        _fail(str(err), 2)
+    main = launcher_rank_is_main() if main_rank is None else main_rank
+    run = Run(command, cfg, None, typed_overrides(argv))
+    failed = True
+    try:
+        with user_errors():
+            run.folder = claim_run_folder(cfg.run, command, lock=main)
+            if accept is not None:
+                accept(run)
+            if main:
+                _record(run, argv)
+            result = body(run)
+            failed = False
+            return result
+    finally:
+        logs.close_log_files()
+        if run.folder is not None:
+            run.folder.release(failed)
 
-        task = list(HydraConfig.get().overrides.task)
-    except (ImportError, ValueError):
-        return {}
+
+def launcher_rank_is_main() -> bool:
+    """Whether this process is rank 0 as its launcher numbered it (``RANK_ID``); outside a
+    launcher, yes. Under a launcher that numbers ranks only at ``init()`` (msrun over
+    several nodes without ``--node_rank``), no process writes the folder's record."""
+    if os.environ.get("MS_ROLE") == "MS_SCHED":  # msrun's scheduler runs the script too
+        return False
+    rank = os.environ.get("RANK_ID")
+    if rank is not None:
+        return rank.strip() == "0"
+    return not os.environ.get("MS_ROLE")
+
+
+def typed_overrides(argv: Sequence[str]) -> dict[str, str]:
+    """The command line's settings as typed (``key -> value``, Hydra's ``+`` dropped)."""
     typed = {}
-    for item in task:
-        key, sep, value = item.partition("=")
+    for item in argv:
+        key, sep, value = str(item).partition("=")
         if sep:
-            typed[key.lstrip("+~")] = value
+            typed[key.lstrip("+")] = value
     return typed
 
 
 def apply_described_size(cfg: Any, description: Any, typed: dict[str, str]) -> None:
     """``eval.img_size`` from a checkpoint's description unless the command line set it."""
+    from omegaconf import open_dict
+
+    from msdet.common.schema import SCHEMA
+
     if description is None or not description.input_size or "eval.img_size" in typed:
         return
     with open_dict(cfg):
-        cfg.eval.img_size = list(input_size(list(description.input_size), "eval.img_size"))
+        cfg.eval.img_size = SCHEMA["eval.img_size"].validate(
+            "eval.img_size", list(description.input_size)
+        )
+
+
+def _record(run: Run, argv: Sequence[str]) -> None:
+    """The log file and ``config.yaml`` (the composed config, resolved) of an accepted run."""
+    from omegaconf import OmegaConf
+
+    logs.add_log_file(os.path.join(run.dir, f"{run.command}.log"))
+    log.debug("%s %s", COMMANDS[run.command].name, " ".join(argv))
+    with open(os.path.join(run.dir, "config.yaml"), "w", encoding="utf-8") as f:
+        f.write(OmegaConf.to_yaml(run.cfg, resolve=True))
+    with open(os.path.join(run.dir, "overrides.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(argv) + ("\n" if argv else ""))
 
 
 @contextlib.contextmanager
 def user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-    """Run an entry point's body; a bad-input error becomes one ``error:`` line and exit 1.
+    """Run a command's body; a bad-input error becomes one ``error:`` line and exit 1.
 
     The traceback of such an error still reaches the run folder's log file. Other
-    exceptions get the same first line, then propagate (Hydra prints their traceback).
-    """
+    exceptions get the same first line, then propagate with their traceback."""
     try:
         yield
     except (*USER_ERRORS, *extra) as err:
@@ -81,6 +165,74 @@ def user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
         first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
         log.error("error: %s: %s (traceback below)", type(err).__name__, first)
         raise
+
+
+def help_text(command: str) -> str:
+    """``--help``: what the command does, its examples, and every setting it takes with its
+    default and the YAML's comment on it."""
+    from omegaconf import OmegaConf
+
+    spec = COMMANDS[command]
+    cfg = load_config(command, [])
+    lines = [f"usage: python {spec.name} [key=value ...]", "", spec.summary, "", "examples:"]
+    lines += [f"  {e}" for e in spec.examples]
+    lines += ["", "config groups (key=option):"]
+    for group in GROUPS:
+        if group in spec.sections:
+            default = _default_option(group)
+            options = ", ".join(group_options(group))
+            lines.append(f"  {group}={default}   (options: {options})")
+    comments = _yaml_comments()
+    lines += ["", "settings (key=value; the value shown is the default):"]
+    values = flatten(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in values.items():
+        if key.split(".")[0] not in spec.sections:
+            continue
+        comment = comments.get(key, "")
+        shown = "null" if value is None else value
+        lines.append(f"  {key}={shown}" + (f"   # {comment}" if comment else ""))
+    return "\n".join(lines)
+
+
+def _default_option(group: str) -> str:
+    import yaml
+
+    with open(os.path.join(CONFIG_DIR, "config.yaml"), encoding="utf-8") as f:
+        defaults = yaml.safe_load(f)["defaults"]
+    return next(d[group] for d in defaults if isinstance(d, dict) and group in d)
+
+
+def _yaml_comments() -> dict[str, str]:
+    """The trailing comment of each key's line in the YAML files (its documentation)."""
+    comments: dict[str, str] = {}
+    for folder, prefix in [(CONFIG_DIR, "")] + [(os.path.join(CONFIG_DIR, g), g) for g in GROUPS]:
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".yaml"):
+                _comments_of(os.path.join(folder, name), prefix, comments)
+    return comments
+
+
+def _comments_of(path: str, prefix: str, into: dict[str, str]) -> None:
+    stack: list[tuple[int, str]] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            text, _, comment = line.partition(" #")
+            stripped = text.strip()
+            if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
+                continue
+            indent = len(text) - len(text.lstrip())
+            key = stripped.split(":", 1)[0]
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, key))
+            path_key = ".".join(filter(None, [prefix, *[k for _, k in stack]]))
+            if comment.strip():
+                into.setdefault(path_key, comment.strip())
+
+
+def _fail(message: str, status: int) -> None:
+    log.error("error: %s", message)
+    sys.exit(status)
 
 
 def _one_line(err: BaseException) -> str:

@@ -44,7 +44,7 @@ trap 'rm -rf "${run_dir}"' EXIT
 "${VENV}/bin/python" train.py runtime=cpu data.num_train=16 data.num_val=4 data.img_size=64 \
     train.batch_size=4 train.epochs=1 train.warmup_epochs=0 train.no_aug_epochs=0 \
     train.max_steps_per_epoch=2 train.tensorboard=false eval.batch_size=4 \
-    "data.cache_dir=${run_dir}/cache" "hydra.run.dir=${run_dir}/run"
+    "data.cache_dir=${run_dir}/cache" "run.dir=${run_dir}/run"
 test -f "${run_dir}/run/checkpoints/last.ckpt"
 test -f "${run_dir}/run/metrics.json"
 echo "== Python ${VERSION}: passed"

@@ -53,20 +53,23 @@ msdet_ascend_cards() {
     printf '%d\n' "${count}"
 }
 
-# The run folder given as a hydra.run.dir=... override, or empty.
+# The run folder given as a run.dir=... override, or empty.
 msdet_run_dir_override() {
     local arg dir=""
     for arg in "$@"; do
         case "${arg}" in
-            hydra.run.dir=* | +hydra.run.dir=* | ++hydra.run.dir=*) dir=${arg#*hydra.run.dir=} ;;
+            run.dir=* | +run.dir=* | ++run.dir=*) dir=${arg#*run.dir=} ;;
         esac
     done
     printf '%s\n' "${dir}"
 }
 
-# A new run folder named like train.py's default (configs/config.yaml: hydra.run.dir).
+# A new run folder for ENTRY (train.py -> runs/train/<date>-<time>), where the entry point
+# would put its runs (configs/config.yaml: run.root/<command>).
 msdet_new_run_dir() {
-    printf 'outputs/%s\n' "$(date +%Y-%m-%d/%H-%M-%S)"
+    local entry=${1:-train.py} kind
+    kind=$(basename "${entry}" .py)
+    printf 'runs/%s/%s\n' "${kind}" "$(date +%Y%m%d-%H%M%S)"
 }
 
 # The overrides must not set KEY: the script owns it (e.g. runtime.distributed).
@@ -138,8 +141,8 @@ msdet_run_one_card() {
     done
     run_dir=$(msdet_run_dir_override "${overrides[@]}")
     if [ -z "${run_dir}" ]; then
-        run_dir=$(msdet_new_run_dir)
-        overrides+=("hydra.run.dir=${run_dir}")
+        run_dir=$(msdet_new_run_dir "${entry}")
+        overrides+=("run.dir=${run_dir}")
     fi
     msdet_require_mindspore
     mkdir -p "${run_dir}"

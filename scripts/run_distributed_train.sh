@@ -20,10 +20,10 @@
 #                    YOLOX graph takes 170-341 s on a 910
 #   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
 #
-# Everything lands in the run folder (hydra.run.dir=..., else outputs/<date>/<time>):
+# Everything lands in the run folder (run.dir=..., else runs/train/<date>-<time>):
 # launch.txt (how the job was started), logs/worker_<rank>.log per rank,
 # logs/scheduler.log and logs/msrun.log (msrun), and what rank 0 writes (train.log,
-# checkpoints/, results, TensorBoard). Several nodes must share one hydra.run.dir.
+# checkpoints/, results, TensorBoard). Several nodes must share one run.dir.
 #
 # A rank that fails ends the job: the script names the rank, stops the other workers and
 # exits non-zero within a few seconds (msrun alone would wait for its scheduler's 30 s
@@ -82,10 +82,10 @@ fi
 RUN_DIR=$(msdet_run_dir_override "${OVERRIDES[@]}")
 if [ -z "${RUN_DIR}" ]; then
     if [ "${NUM_NODES}" -gt 1 ]; then
-        msdet_die "NUM_NODES=${NUM_NODES}: pass the same hydra.run.dir=<shared folder> on every node"
+        msdet_die "NUM_NODES=${NUM_NODES}: pass the same run.dir=<shared folder> on every node"
     fi
-    RUN_DIR=$(msdet_new_run_dir)
-    OVERRIDES+=("hydra.run.dir=${RUN_DIR}")
+    RUN_DIR=$(msdet_new_run_dir "${TRAIN_ENTRY}")
+    OVERRIDES+=("run.dir=${RUN_DIR}")
 fi
 msdet_require_mindspore
 

@@ -2,11 +2,11 @@
 # Evaluate a checkpoint (COCO mAP on the val split) on one card or on the CPU:
 #
 #   scripts/run_eval.sh CKPT [key=value overrides for eval.py ...]
-#   scripts/run_eval.sh outputs/2026-01-01/10-00-00/checkpoints/best.ckpt data=coco data.root=/data/coco
+#   scripts/run_eval.sh runs/train/exp/checkpoints/best.ckpt data=coco data.root=/data/coco
 #
 # Give the model and data the checkpoint was trained with (model=..., data=...). DEVICE_ID
-# picks the Ascend card (default 0). The run folder (hydra.run.dir=... or a new
-# outputs/<date>/<time>) gets metrics.json, detections.json, eval.log, launch.txt and
+# picks the Ascend card (default 0). The run folder (run.dir=... or a new
+# runs/<command>/<date>-<time>) gets metrics.json, detections.json, eval.log, launch.txt and
 # console.log.
 set -euo pipefail
 

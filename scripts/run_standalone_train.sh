@@ -5,7 +5,7 @@
 #   DEVICE_ID=3 scripts/run_standalone_train.sh runtime=ascend model=yolox_s data=coco data.root=/data/coco
 #
 # DEVICE_ID picks the Ascend card (default 0; ignored on CPU). The run folder is
-# hydra.run.dir=... or a new outputs/<date>/<time>; besides what train.py writes there
+# run.dir=... or a new runs/<command>/<date>-<time>; besides what train.py writes there
 # (train.log, checkpoints/, results, TensorBoard) it gets launch.txt (how the run was
 # started) and console.log (everything the run printed, MindSpore's own messages included).
 set -euo pipefail

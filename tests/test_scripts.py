@@ -74,7 +74,7 @@ def test_scripts_exist_and_are_executable():
         (("2",), {"MASTER_PORT": "80"}, "MASTER_PORT must be in [1024, 65535], got 80"),
         (("2",), {"MASTER_PORT": "http"}, "MASTER_PORT must be an integer"),
         (("2",), {"NUM_NODES": "2", "NODE_RANK": "2"}, "NODE_RANK must be in [0, 1], got 2"),
-        (("2",), {"NUM_NODES": "2"}, "pass the same hydra.run.dir=<shared folder> on every node"),
+        (("2",), {"NUM_NODES": "2"}, "pass the same run.dir=<shared folder> on every node"),
         (("2",), {"RANK_TABLE_FILE": "/no/such/rank_table.json"}, "RANK_TABLE_FILE=/no/such"),
         (("2",), {"TRAIN_ENTRY": "/no/such/train.py"}, "TRAIN_ENTRY=/no/such/train.py"),
         (("2",), {"HCCL_EXEC_TIMEOUT": "1h"}, "HCCL_EXEC_TIMEOUT must be an integer, got '1h'"),
@@ -320,7 +320,7 @@ def test_dockerignore_keeps_the_source_and_drops_local_state():
     for dropped in (
         ".git",
         ".venv",
-        "outputs/2026-01-01/10-00-00/train.log",
+        "runs/train/exp/train.log",
         "engine/__pycache__/cli.cpython-311.pyc",
         "rank_0/om/analyze_fail.ir",
         "best.ckpt",

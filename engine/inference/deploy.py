@@ -1,6 +1,6 @@
 """Turn export.py's file into what Ascend deploys: an offline model (ATC) or a MindSpore Lite model.
 
-    python export.py ckpt=best.ckpt export.format=ONNX hydra.run.dir=runs/export
+    python export.py ckpt=best.ckpt export.format=ONNX run.dir=runs/export
     python -m engine.deploy runs/export --soc Ascend910B1            # ATC and converter_lite
     python -m engine.deploy runs/export --soc Ascend310P3 --target om --dry-run
 

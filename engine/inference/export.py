@@ -4,6 +4,7 @@ MINDIR, onnxruntime for ONNX) and run on sample images beside the Cell it came f
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -138,3 +139,50 @@ def first_line(err: BaseException) -> str:
         if line.strip():
             return f"{type(err).__name__}: {line.strip()}"
     return type(err).__name__
+
+
+def export_checkpoint(cfg: Any, typed: dict[str, str], out_dir: str) -> dict:
+    """export.py's work: the checkpoint ``cfg.ckpt`` built from its description, exported
+    as ``cfg.export`` asks into ``out_dir``, verified, and described in ``export.json``
+    beside the file. Returns that report; :class:`ExportError` when the file cannot be
+    written or computes something else."""
+    from omegaconf import OmegaConf
+
+    from msdet.engine.cli import apply_described_size
+    from msdet.models.inference import InferenceNet, build_nms
+    from msdet.models.weights import load_described_detector
+
+    fmt = check_export_format(cfg.export.format)
+    detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
+    apply_described_size(cfg, description, typed)
+    model_name = description.model["name"] if description else str(cfg.model.name)
+    with_nms = bool(cfg.export.with_nms)
+    net = InferenceNet(detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None)
+    h, w = (int(v) for v in cfg.eval.img_size)
+    batch = int(cfg.export.batch_size)
+    stem = os.path.join(out_dir, f"{model_name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else ""))
+    try:
+        report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
+    except ExportError as err:
+        hint = (
+            " (the plain network may still export: add export.with_nms=false)" if with_nms else ""
+        )
+        raise ExportError(f"{err}{hint}") from err
+    report.update(
+        checkpoint=os.path.abspath(cfg.ckpt),
+        ema_weights=used_ema,
+        model=model_name,
+        class_names=description.class_names if description else None,
+        num_classes=detector.num_classes,
+        with_nms=with_nms,
+        nms=OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None,
+        outputs=(
+            "dets [B, max_det, 6] (x1, y1, x2, y2 in input pixels, score, class index), counts [B]"
+            if with_nms
+            else "predictions [B, A, 5 + C] (cx, cy, w, h in input pixels, objectness, class probs)"
+        ),
+        input="BGR 0-255 float32 [B, 3, H, W], letterboxed (image top-left, pad 114)",
+    )
+    with open(os.path.join(out_dir, "export.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    return report

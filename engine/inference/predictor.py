@@ -2,7 +2,7 @@
 
     from msdet.engine.inference.predictor import Predictor
 
-    predictor = Predictor.load("outputs/.../checkpoints/best.ckpt")  # sets MindSpore up
+    predictor = Predictor.load("runs/train/exp/checkpoints/best.ckpt")  # sets MindSpore up
     result = predictor.predict("image.jpg")  # or a uint8 BGR array [H, W, 3]
     result.boxes, result.scores, result.labels, result.names
 
@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from msdet.common.config import CONFIG_DIR
+from msdet.common.config import load_config
 from msdet.data.build import dataset_classes
 from msdet.data.image_io import read_image, to_bgr_uint8
 from msdet.data.transforms import letterbox
 from msdet.data.visualize import draw_boxes
-from msdet.engine.cli import apply_described_size, prepare_config
+from msdet.engine.cli import apply_described_size
 from msdet.engine.evaluation.detections import detection_records, detections_in_image
 from msdet.engine.runtime.process import Runtime, setup_runtime
 from msdet.ops.cpu_kernels import NATIVE
@@ -154,14 +154,8 @@ class Predictor:
         further config overrides as on predict.py's command line (``eval.nms_iou=0.5``,
         ``eval.img_size=640``, ``model=yolox_s`` for a checkpoint without description).
         """
-        from hydra import compose, initialize_config_dir
-
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            cfg = compose("config", overrides=list(overrides))
-        prepare_config(cfg)
-        # Set, not composed: a path may hold characters Hydra's override grammar parses.
-        cfg.ckpt, cfg.runtime.device = str(ckpt), device
-        typed = dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
+        cfg = load_config("predict", [*overrides, f"ckpt={ckpt}", f"runtime.device={device}"])
+        typed = dict(o.lstrip("+").partition("=")[::2] for o in overrides)
         if conf is not None:
             cfg.predict.conf, typed["predict.conf"] = float(conf), str(conf)
         return cls(cfg, _set_up_once(cfg.runtime), typed=typed)

@@ -146,7 +146,7 @@ def epoch_files(directory: str) -> list[str]:
 
 def find_resume_checkpoint(resume: str, run_dir: str) -> str:
     """The checkpoint ``train.resume`` points at: ``auto`` is this run folder's
-    ``checkpoints/last.ckpt`` (rerun with the same ``hydra.run.dir``), anything else a path."""
+    ``checkpoints/last.ckpt`` (rerun with the same ``run.dir``), anything else a path."""
     if resume != "auto":
         if not os.path.isfile(resume):
             raise CheckpointError(f"train.resume: checkpoint not found: {resume}")
@@ -155,7 +155,7 @@ def find_resume_checkpoint(resume: str, run_dir: str) -> str:
     if not os.path.isfile(own):
         raise CheckpointError(
             f"train.resume=auto: no checkpoints/{LAST} in {run_dir}: resume=auto continues "
-            "the run of this folder (hydra.run.dir=...); to continue another run, give "
+            "the run of this folder (run.dir=...); to continue another run, give "
             "train.resume=PATH/TO/last.ckpt"
         )
     return own

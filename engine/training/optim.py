@@ -36,28 +36,31 @@ def yolox_lr_schedule(
     min_lr_ratio: float = 0.05,
     warmup_lr: float = 0.0,
 ) -> np.ndarray:
-    """Per-step learning rates of YOLOX's ``yoloxwarmcos`` schedule.
+    """Per-step learning rates of YOLOX's ``yoloxwarmcos`` schedule, as its Trainer uses them.
 
     Quadratic warm-up from ``warmup_lr`` over ``warmup_epochs``, cosine down to
-    ``min_lr_ratio * base_lr`` at the start of the no-augmentation epochs, then flat.
-    Step ``i`` uses the rate YOLOX computes for iteration ``i + 1`` (it updates the rate
-    before each step, counting from 1).
+    ``min_lr_ratio * base_lr`` at the start of the no-augmentation epochs, then flat. YOLOX's
+    Trainer sets the rate *after* each step (``update_lr(progress_in_iter + 1)`` in
+    ``train_one_iter``), so step ``i`` runs at the schedule's value for iteration ``i``, and
+    the first step at the optimizer's initial rate: ``warmup_lr`` with a warm-up,
+    ``base_lr`` without (``Exp.get_optimizer``).
     """
     total = epochs * steps_per_epoch
     warm = warmup_epochs * steps_per_epoch
     no_aug = no_aug_epochs * steps_per_epoch
     min_lr = base_lr * min_lr_ratio
     lrs = np.empty(total, dtype=np.float32)
-    for i in range(total):
-        it = i + 1
-        if it <= warm:
+    for it in range(total):
+        if it == 0:
+            lr = warmup_lr if warm > 0 else base_lr
+        elif it <= warm:
             lr = (base_lr - warmup_lr) * (it / float(warm)) ** 2 + warmup_lr
         elif it >= total - no_aug:
             lr = min_lr
         else:
             progress = (it - warm) / float(total - warm - no_aug)
             lr = min_lr + 0.5 * (base_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
-        lrs[i] = lr
+        lrs[it] = lr
     return lrs
 
 

@@ -54,7 +54,6 @@ from msdet.engine.training.multiscale import (
     all_sizes,
     compile_cache_enabled,
 )
-from msdet.engine.training.run_folder import prepare_run_folder
 from msdet.engine.training.run_record import RESULTS_CSV, read_results
 from msdet.engine.training.schedule import Schedule, multiscale_settings, sink_plan
 from msdet.engine.training.step import TrainStep, build_train_step
@@ -79,9 +78,6 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     evaluation, from the best checkpoint). Only rank 0 writes them.
     """
     tcfg = cfg.train
-    prepare_run_folder(
-        rt.run_dir, bool(tcfg.resume), bool(tcfg.get("overwrite", False)), rt.is_main
-    )
     train_src, val_src = _load_data(cfg, rt)
     num_classes = train_src.num_classes
 

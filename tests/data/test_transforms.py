@@ -197,6 +197,19 @@ def test_mixup_adds_the_pasted_boxes_on_their_pixels(seed):
     assert np.all(out[10:40, 10:40, 2] >= 127)
 
 
+def test_mixup_blends_in_float_and_truncates_as_yolox():
+    """YOLOX computes 0.5 * a + 0.5 * b in float32 and casts to uint8: 101 and 102 give
+    101 (cv2.addWeighted would round to 102)."""
+    base = np.full((32, 32, 3), 101, np.uint8)
+    other = np.full((32, 32, 3), 102, np.uint8)
+    out, _, _ = mixup(
+        base, np.zeros((0, 4), np.float32), np.zeros(0, np.int64),
+        (other, np.array([[0, 0, 32, 32]], np.float32), np.array([1])),
+        np.random.default_rng(0), scale_range=(1.0, 1.0),
+    )  # fmt: skip
+    assert int(out[5, 5, 0]) == 101
+
+
 def test_filter_boxes_drops_boxes_one_pixel_thin_or_less():
     boxes = np.array([[0, 0, 1, 10], [0, 0, 1.01, 10], [0, 0, 10, 0.5], [5, 5, 20, 20]], np.float32)
     kept, labels = filter_boxes(boxes, np.arange(4))

@@ -22,7 +22,6 @@ WEIGHTS_FILE = "final_weights_rank{rank}.npz"
 
 def _add_weight_dump() -> None:
     import numpy as np
-    from hydra.core.hydra_config import HydraConfig
     from mindspore.train import Callback, Model
 
     class DumpTrainable(Callback):
@@ -35,7 +34,7 @@ def _add_weight_dump() -> None:
             # What a checkpoint holds: the LR schedule is derived from the config, not saved.
             params = network.trainable_params()
             weights = {p.name: p.asnumpy() for p in params if not not_saved(p.name)}
-            run_dir = HydraConfig.get().runtime.output_dir
+            run_dir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("run.dir="))
             np.savez(os.path.join(run_dir, WEIGHTS_FILE.format(rank=get_rank())), **weights)
 
     train = Model.train
@@ -51,6 +50,6 @@ if __name__ == "__main__":
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     _add_weight_dump()
-    # Run train.py as the main script, so that Hydra finds configs/ next to it.
+    # Run train.py as the main script, with this script's command line.
     sys.argv[0] = os.path.join(ROOT, "train.py")
     runpy.run_path(sys.argv[0], run_name="__main__")

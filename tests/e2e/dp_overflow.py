@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-import hydra
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
+
+from msdet.engine.cli import Run, run_command
 
 # Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,9 +88,9 @@ def train(mode: str, rank: int, world: int) -> tuple[np.ndarray, list[bool]]:
     return net.w.asnumpy(), skipped
 
 
-@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+def main(run: Run) -> None:
+    cfg = run.cfg
+    rt = setup_runtime(cfg.runtime, run.dir)
     results = {}
     for mode in MODES:
         weights, skipped = train(mode, rt.rank, rt.world_size)
@@ -102,4 +102,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("tool", main)

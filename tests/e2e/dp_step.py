@@ -18,10 +18,9 @@ from __future__ import annotations
 import os
 import sys
 
-import hydra
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+
+from msdet.engine.cli import Run, run_command
 
 # Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,14 +59,14 @@ def _network(cfg):
     return build_model(cfg.model, NUM_CLASSES), YOLOXLoss(NUM_CLASSES)
 
 
-@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(run: Run) -> None:
+    cfg = run.cfg
     import mindspore as ms
 
     from msdet.engine.runtime.process import setup_runtime
     from msdet.engine.training.step import build_train_step
 
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+    rt = setup_runtime(cfg.runtime, run.dir)
     net, loss = _network(cfg)
     if rt.rank == 0:
         initial = {p.name: p.asnumpy() for p in net.trainable_params()}
@@ -136,4 +135,4 @@ def reference(cfg, run_dir: str) -> dict[str, np.ndarray]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("tool", main)

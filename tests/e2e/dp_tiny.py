@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-import hydra
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+
+from msdet.engine.cli import Run, run_command
 
 # Launched as a script (msrun): the repository root holds the tests package.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,11 +85,11 @@ def step_forever(x: np.ndarray, y: np.ndarray, weights: dict) -> None:
         print(f"tiny step {count}: loss {float(step(xt, yt).asnumpy()):.6f}", flush=True)
 
 
-@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(run: Run) -> None:
+    cfg = run.cfg
     if os.environ.get(FAIL_SCHEDULER_VAR) and os.environ.get("MS_ROLE") == "MS_SCHED":
         raise SystemExit(FAIL_CODE)  # the launcher test of a scheduler that fails
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+    rt = setup_runtime(cfg.runtime, run.dir)
     if os.environ.get(FAIL_RANK_VAR) == str(rt.rank):
         raise SystemExit(FAIL_CODE)  # the launcher test of a rank that fails
     x, y, weights = tiny_problem()
@@ -104,4 +103,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("tool", main)

@@ -80,7 +80,7 @@ def launch(num_cards: int, run_dir, *overrides: str, env: dict, timeout: int = 3
     # Files, not pipes: a full pipe would block msrun's output and with it its watchdog.
     with open(out_file, "w") as out, open(err_file, "w") as err:
         proc = subprocess.Popen(
-            ["bash", LAUNCHER, str(num_cards), *overrides, f"hydra.run.dir={run_dir}"],
+            ["bash", LAUNCHER, str(num_cards), *overrides, f"run.dir={run_dir}"],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -442,7 +442,7 @@ def test_killing_a_rank_mid_run_ends_the_job_within_seconds(tmp_path):
     run_dir = tmp_path / "run"
     with open(console, "w") as sink:
         proc = subprocess.Popen(
-            ["bash", LAUNCHER, "2", "runtime=cpu", f"hydra.run.dir={run_dir}"],
+            ["bash", LAUNCHER, "2", "runtime=cpu", f"run.dir={run_dir}"],
             cwd=ROOT,
             env=launcher_env(TRAIN_ENTRY=TINY_ENTRY, **{dp_tiny.FOREVER_VAR: "1"}),
             stdout=sink,

@@ -170,7 +170,7 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir, str
         "train.py",
         *TINY,
         f"data.cache_dir={cache_dir}",
-        f"hydra.run.dir={run_dir}",
+        f"run.dir={run_dir}",
         *RESUME,
     ]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -63,7 +63,7 @@ def run_entry(
         script,
         *(TINY if tiny else []),
         f"data.cache_dir={cache_dir}",
-        f"hydra.run.dir={run_dir}",
+        f"run.dir={run_dir}",
         *overrides,
     ]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

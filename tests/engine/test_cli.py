@@ -1,36 +1,178 @@
-"""Entry-point glue: short-form settings normalised, a user's mistake reported in one line."""
+"""Entry-point glue: --help per command, a bad command line stopped before any folder
+exists, run folders named and owned, a user's mistake reported in one line."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
 import sys
+import threading
+from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from msdet.engine.cli import prepare_config, user_errors
+from msdet.common.runs import LOCK_FILE, RunFolderBusyError, RunLock, claim_run_folder
+from msdet.engine.cli import run_command, typed_overrides, user_errors
 from tests.support import ROOT
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+def entry(script: str, *args: str, cwd=ROOT, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-def test_square_sizes_become_pairs():
-    cfg = prepare_config(composed("data.img_size=256"))
-    assert list(cfg.data.img_size) == [256, 256] and list(cfg.eval.img_size) == [256, 256]
-    cfg = prepare_config(composed("eval.img_size=416"))
-    assert list(cfg.data.img_size) == [320, 320] and list(cfg.eval.img_size) == [416, 416]
+@pytest.mark.parametrize(
+    "script,takes,not_takes",
+    [
+        (
+            "train.py",
+            ["train.epochs=", "model=yolox_nano", "run.name="],
+            ["predict.conf", "source="],
+        ),
+        ("predict.py", ["predict.conf=0.25", "source=", "eval.nms_iou="], ["train.epochs"]),
+        ("eval.py", ["ckpt=", "eval.conf_thresh="], ["train.", "predict."]),
+        ("export.py", ["export.format=MINDIR", "ckpt="], ["train.", "predict."]),
+    ],
+)
+def test_help_shows_what_the_command_takes_with_examples(script, takes, not_takes):
+    out = entry(script, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: python {script}")
+    assert "examples:" in out.stdout and f"python {script}" in out.stdout.split("examples:")[1]
+    for key in takes:
+        assert f"  {key}" in out.stdout, key
+    for key in not_takes:
+        assert f"  {key}" not in out.stdout, key
 
 
-def test_a_size_off_the_stride_names_its_key():
-    with pytest.raises(ValueError, match=r"eval\.img_size.*250"):
-        prepare_config(composed("eval.img_size=250"))
-    with pytest.raises(ValueError, match=r"data\.img_size"):
-        prepare_config(composed("data.img_size=[320,100]"))
+def test_a_bad_setting_stops_before_any_folder_exists(tmp_path):
+    out = entry("train.py", "train.epoch=3", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stdout.strip() == (
+        "error: unknown setting train.epoch; did you mean train.epochs?"
+    ), out.stdout + out.stderr
+    assert os.listdir(tmp_path) == []  # no runs/ folder
+
+
+def test_a_failed_command_leaves_no_folder_but_keeps_one_that_was_there(tmp_path):
+    """eval.py with a missing checkpoint: one error line, and the folder it made is gone;
+    a folder that was there before stays, with the traceback in its log."""
+    out = entry("eval.py", "ckpt=none.ckpt", "data.num_train=8", "data.num_val=4",
+                f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "error: " in out.stdout and "none.ckpt" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "runs" / "eval" / "exp").exists()
+    named = tmp_path / "mine"
+    named.mkdir()
+    out = entry("eval.py", "ckpt=none.ckpt", f"run.dir={named}", "data.num_train=8",
+                "data.num_val=4", f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 1
+    assert "Traceback" in (named / "eval.log").read_text()
+
+
+def claim(tmp_path, *argv, accept=None, command="tool"):
+    seen = {}
+
+    def body(run):
+        seen["dir"] = run.dir
+        seen["files"] = sorted(os.listdir(run.dir))
+        with open(os.path.join(run.dir, "result.txt"), "w") as f:
+            f.write("done")
+
+    run_command(command, body, argv=[f"run.root={tmp_path}", *argv], accept=accept, main_rank=True)
+    return seen
+
+
+def test_default_folders_take_the_next_free_name_and_named_ones_are_kept(tmp_path):
+    first, second = claim(tmp_path), claim(tmp_path)
+    assert first["dir"] == str(tmp_path / "tool" / "exp")
+    assert second["dir"] == str(tmp_path / "tool" / "exp2")
+    named = claim(tmp_path, "run.name=nano")
+    assert named["dir"] == str(tmp_path / "tool" / "nano")
+    # the record and the lock are there while the command runs, the lock is gone after
+    assert named["files"] == [LOCK_FILE, "config.yaml", "overrides.txt", "tool.log"]
+    assert sorted(os.listdir(named["dir"])) == ["config.yaml", "overrides.txt", "result.txt",
+                                                "tool.log"]  # fmt: skip
+
+
+def test_a_refused_folder_keeps_its_record(tmp_path):
+    """``accept`` refuses before anything is written: the folder's config.yaml still
+    describes the run that made it."""
+    claim(tmp_path, "run.name=a")
+    folder = tmp_path / "tool" / "a"
+    before = (folder / "config.yaml").read_text()
+
+    def refuse(run):
+        raise ValueError(f"{run.dir} already holds a run")
+
+    with pytest.raises(SystemExit):
+        claim(tmp_path, "run.name=a", "data.num_train=7", accept=refuse)
+    assert (folder / "config.yaml").read_text() == before
+    assert (folder / "result.txt").exists()
+
+
+def test_a_folder_is_owned_by_one_command_at_a_time(tmp_path):
+    lock = RunLock(str(tmp_path), "train")
+    try:
+        with pytest.raises(RunFolderBusyError, match=rf"in use by train \(pid {os.getpid()}"):
+            RunLock(str(tmp_path), "train")
+    finally:
+        lock.release()
+    RunLock(str(tmp_path), "eval").release()  # free again
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_free(tmp_path):
+    code = (
+        "import os, sys, time; from msdet.common.runs import RunLock; "
+        f"RunLock({str(tmp_path)!r}, 'train'); print('locked', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        holder = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert holder["pid"] == child.pid
+        with pytest.raises(RunFolderBusyError, match=f"pid {child.pid}"):
+            RunLock(str(tmp_path), "train")
+    finally:
+        child.kill()
+        child.wait()
+    RunLock(str(tmp_path), "train").release()  # the kernel dropped the dead one's lock
+
+
+def test_two_commands_started_together_get_two_folders(tmp_path):
+    dirs, errors = [], []
+
+    run_cfg = SimpleNamespace(root=str(tmp_path), name=None, dir=None)
+
+    def start():
+        try:
+            folder = claim_run_folder(run_cfg, "train")
+            dirs.append(folder.path)
+        except BaseException as err:  # noqa: BLE001 (report any failure of the thread)
+            errors.append(err)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(dirs)) == 4
+
+
+def test_typed_overrides_keep_what_was_typed():
+    assert typed_overrides(["model=yolox_s", "+eval.img_size=416", "x"]) == {
+        "model": "yolox_s",
+        "eval.img_size": "416",
+    }
 
 
 def test_user_errors_exit_with_one_line(caplog):
@@ -52,23 +194,7 @@ def test_other_errors_keep_their_traceback(caplog):
     assert caplog.records[0].getMessage().startswith("error: KeyError: 'gamma'")
 
 
-def test_entry_point_prints_the_message_first(tmp_path):
-    """eval.py with a size off the stride: the first stderr line is msdet's, no traceback."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "eval.py",
-            "ckpt=none.ckpt",
-            "eval.img_size=250",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 1
-    lines = (out.stdout + out.stderr).strip().splitlines()
-    assert len(lines) == 1 and "error: eval.img_size must be a positive multiple of 32" in lines[0]
-    assert "Traceback" not in out.stderr
-    assert "Traceback" in (tmp_path / "eval.log").read_text()  # kept in the run's log
+def test_options_that_are_not_settings_are_refused(tmp_path):
+    out = entry("predict.py", "--conf", "0.5", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "--conf: predict.py takes settings as key=value" in out.stdout

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from msdet.common.config import CONFIG_DIR, ROOT
+from msdet.common.config import load_config
 
 log = logging.getLogger("selftest")
 
@@ -108,12 +108,8 @@ def inputs(size: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def compose_config(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    from msdet.engine.cli import prepare_config
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return prepare_config(compose("config", overrides=["model=yolox_nano", *overrides]))
+    """The self-test's config: YOLOX-nano with ``overrides``."""
+    return load_config("tool", ["model=yolox_nano", *overrides])
 
 
 def nano(cfg: Any, weights: str | None = None):
@@ -215,11 +211,10 @@ def make_reference(out_dir: str, size: int) -> None:
 def run_reference(size: int, work: str) -> dict[str, np.ndarray]:
     """:func:`make_reference` in a child process (MindSpore pins one device per process)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MS_ROLE", "MS_SCHED"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     cmd = [
         sys.executable,
         "-m",
-        "msdet.engine.tools.selftest.cases",
+        "msdet.engine.tools.selftest",
         "--reference",
         work,
         "--size",

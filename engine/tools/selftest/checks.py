@@ -305,7 +305,7 @@ def check_distributed(cards: int, rt: Any, work: str) -> Check:
         os.path.join(ROOT, "scripts", "run_distributed_train.sh"),
         str(cards),
         device,
-        f"hydra.run.dir={run_dir}",
+        f"run.dir={run_dir}",
     ]
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)

@@ -13,12 +13,10 @@ import json
 import os
 import sys
 
-import hydra
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
 
 from msdet.common.config import ROOT
+from msdet.engine.cli import Run, run_command
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -28,8 +26,8 @@ DATA = ("data.num_train=4", "data.num_val=7", "data.img_size=[64,64]", "eval.img
 RESULT = "selftest_ranks.json"
 
 
-@hydra.main(config_path=os.path.join(ROOT, "configs"), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(run: Run) -> None:
+    cfg = run.cfg
     from omegaconf import open_dict
 
     from msdet.engine.runtime.process import setup_runtime
@@ -41,7 +39,7 @@ def main(cfg: DictConfig) -> None:
             cfg[group][name] = json.loads(value)
         cfg.eval.conf_thresh = 0.0  # untrained weights: keep every candidate, so there is output
         cfg.eval.batch_size = 2
-    rt = setup_runtime(cfg.runtime, HydraConfig.get().runtime.output_dir)
+    rt = setup_runtime(cfg.runtime, run.dir)
     import mindspore as ms
     from mindspore import nn, ops
 
@@ -98,4 +96,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("selftest", main)

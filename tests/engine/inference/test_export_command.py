@@ -36,7 +36,7 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
         "eval.img_size=128",
         "eval.max_det=20",
         "eval.conf_thresh=0.0",
-        f"hydra.run.dir={run_dir}",
+        f"run.dir={run_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((run_dir / "export.json").read_text())
@@ -50,6 +50,6 @@ def test_export_writes_a_verified_mindir_with_nms(tmp_path):
 
 
 def test_export_without_a_checkpoint_says_how_to_call_it(tmp_path):
-    proc = run_export(f"hydra.run.dir={tmp_path}")
+    proc = run_export(f"run.dir={tmp_path}")
     assert proc.returncode != 0
     assert "ckpt=PATH" in proc.stderr + proc.stdout

@@ -37,7 +37,7 @@ def run_selftest(tmp_path, size: int) -> tuple[subprocess.CompletedProcess, dict
         [
             sys.executable,
             "-m",
-            "msdet.engine.tools.selftest.cases",
+            "msdet.engine.tools.selftest",
             "--size",
             str(size),
             "--report",

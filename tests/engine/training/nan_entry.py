@@ -47,6 +47,6 @@ if __name__ == "__main__":
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     param_name, _, at_step = os.environ[POISON_VAR].rpartition("@")
     _add_poison(param_name, int(at_step))
-    # Run train.py as the main script, so that Hydra finds configs/ next to it.
+    # Run train.py as the main script, with this script's command line.
     sys.argv[0] = os.path.join(ROOT, "train.py")
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import errno
 import os
+from types import SimpleNamespace
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn
 
+from msdet.common.runs import claim_run_folder
+from msdet.common.schema import ConfigError
 from msdet.engine.training import checkpoints as checkpoint
 from msdet.engine.training.checkpoints import (
     BEST,
@@ -23,7 +26,7 @@ from msdet.engine.training.checkpoints import (
     find_resume_checkpoint,
     read_resume_checkpoint,
 )
-from msdet.engine.training.run_folder import prepare_run_folder
+from msdet.engine.training.run_folder import accept_train_folder
 from msdet.models.weights import CheckpointError
 
 
@@ -130,29 +133,37 @@ def test_resume_auto_looks_only_in_its_own_run_folder(tmp_path):
     assert find_resume_checkpoint("auto", str(other.parent)) == str(other / LAST)
 
 
-def test_a_fresh_run_into_a_used_folder_is_refused_unless_overwritten(tmp_path):
+def used_folder_check(run_dir, resume=None, overwrite=False, main=True):
+    """train.py's rule for its run folder, as the command line applies it."""
+    cfg = SimpleNamespace(train=SimpleNamespace(resume=resume, overwrite=overwrite))
+    folder = SimpleNamespace(path=str(run_dir), lock=object() if main else None)
+    accept_train_folder(SimpleNamespace(cfg=cfg, dir=str(run_dir), folder=folder))
+
+
+def test_a_fresh_run_is_refused_in_a_folder_that_holds_a_run(tmp_path):
     run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / "train.log").write_text("Hydra writes these before main")
-    prepare_run_folder(str(run), resume=False, overwrite=False, is_main=True)  # still fresh
+    run.mkdir()
+    (run / "train.log").write_text("an earlier command's log")
+    used_folder_check(run)  # a log alone is not a run: still fresh
     CheckpointManager(str(run / "checkpoints")).save_epoch(Weights(1.0), meta(1, 0.0), 1, False)
     (run / "results.csv").write_text("epoch\n1\n")
-    with pytest.raises(ValueError, match="train.resume=auto.*train.overwrite=true.*hydra.run.dir"):
-        prepare_run_folder(str(run), resume=False, overwrite=False, is_main=True)
-    prepare_run_folder(str(run), resume=True, overwrite=False, is_main=True)  # continuing it
+    with pytest.raises(ValueError, match="train.resume=auto.*train.overwrite=true.*run.dir"):
+        used_folder_check(run)
+    used_folder_check(run, resume="auto")  # continuing it
     # Another rank of the same job finds rank 0's first files: not its call to make.
-    prepare_run_folder(str(run), resume=False, overwrite=False, is_main=False)
+    used_folder_check(run, main=False)
     assert (run / "results.csv").is_file()
-    prepare_run_folder(str(run), resume=False, overwrite=True, is_main=True)
-    assert sorted(p.name for p in run.iterdir()) == [".hydra", "train.log"]
+    used_folder_check(run, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"]
 
 
 def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_runs():
     # /sys refuses new files even to root, whose permission bits say it may write
     if not os.path.isdir("/sys"):
         pytest.skip("no /sys here")
-    with pytest.raises(PermissionError, match="run folder /sys is not writable"):
-        prepare_run_folder("/sys", resume=False, overwrite=False, is_main=True)
+    run_cfg = SimpleNamespace(dir="/sys", name=None, root="runs")
+    with pytest.raises(ConfigError, match="run folder /sys is not writable"):
+        claim_run_folder(run_cfg, "train")
 
 
 class Stepped(nn.Cell):

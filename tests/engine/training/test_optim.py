@@ -22,30 +22,46 @@ def test_schedule_shape_warmup_cosine_and_flat_tail():
         0.01, steps_per_epoch=10, epochs=20, warmup_epochs=2, no_aug_epochs=3, min_lr_ratio=0.05
     )
     assert lrs.shape == (200,)
-    assert lrs[0] == pytest.approx(0.01 * (1 / 20) ** 2)  # quadratic warm-up from 0
-    assert lrs[19] == pytest.approx(0.01)  # end of warm-up: the full rate
+    assert lrs[0] == 0.0  # the optimizer's initial rate: warmup_lr
+    assert lrs[1] == pytest.approx(0.01 * (1 / 20) ** 2)  # quadratic warm-up from 0
+    assert lrs[20] == pytest.approx(0.01)  # end of warm-up: the full rate
     assert np.all(np.diff(lrs[20:170]) <= 1e-12)  # cosine decreases
-    assert np.all(lrs[169:] == pytest.approx(0.0005))  # last 3 epochs at 5%
+    assert np.all(lrs[170:] == pytest.approx(0.0005))  # last 3 epochs at 5%
+    # Without a warm-up the first step runs at the full rate.
+    assert yolox_lr_schedule(0.01, 10, 20, 0, 3)[0] == pytest.approx(0.01)
 
 
 @pytest.mark.torch
-def test_schedule_equals_yolox_scheduler():
+@pytest.mark.parametrize("warmup_epochs", [2, 0])
+def test_each_step_runs_at_the_rate_yolox_trainer_gives_it(warmup_epochs):
+    """YOLOX's Trainer: the optimizer starts at ``Exp.get_optimizer``'s rate (warmup_lr with
+    a warm-up, the base rate without); after each step ``train_one_iter`` sets
+    ``update_lr(progress_in_iter + 1)`` for the next one."""
     require_yolox()
+    import torch
+    from yolox.exp.yolox_base import Exp
     from yolox.utils.lr_scheduler import LRScheduler
 
-    ref = LRScheduler(
+    steps, epochs, batch = 7, 12, 8
+    exp = Exp()
+    exp.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    exp.warmup_epochs, exp.warmup_lr, exp.basic_lr_per_img = warmup_epochs, 0.0, 0.02 / batch
+    optimizer = exp.get_optimizer(batch)
+    scheduler = LRScheduler(
         "yoloxwarmcos",
         0.02,
-        iters_per_epoch=7,
-        total_epochs=12,
-        warmup_epochs=2,
+        iters_per_epoch=steps,
+        total_epochs=epochs,
+        warmup_epochs=warmup_epochs,
         warmup_lr_start=0.0,
         no_aug_epochs=3,
         min_lr_ratio=0.05,
     )
-    ours = yolox_lr_schedule(0.02, 7, 12, 2, 3, 0.05, 0.0)
-    # YOLOX updates the rate before each step with the 1-based iteration count.
-    np.testing.assert_allclose(ours, [ref.update_lr(i + 1) for i in range(7 * 12)], rtol=1e-6)
+    used = [optimizer.param_groups[0]["lr"]]
+    for progress_in_iter in range(steps * epochs - 1):
+        used.append(scheduler.update_lr(progress_in_iter + 1))
+    ours = yolox_lr_schedule(0.02, steps, epochs, warmup_epochs, 3, 0.05, 0.0)
+    np.testing.assert_allclose(ours, used, rtol=1e-6, atol=1e-12)
 
 
 def test_lr_scales_with_total_batch():
