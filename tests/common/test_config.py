@@ -43,7 +43,7 @@ def test_default_composition():
         ),  # fmt: skip
         ("data", ["coco", "shapes", "shapes_stars"]),
         ("runtime", ["ascend", "ascend_8p", "auto", "cpu"]),
-        ("train", ["shapes", "yolox"]),
+        ("train", ["parity", "shapes", "yolox"]),
     ],
 )
 def test_every_option_composes_and_passes_the_schema(group, expected):
