@@ -15,8 +15,18 @@ with masks where the original selects:
    the k lowest-cost candidates are matched;
 4. an anchor matched by several ground truths keeps the one with the lowest cost.
 
-Non-candidates and padded ground truths get an infinite-like cost and zero IoU, which
+Non-candidates and padded ground truths get a cost no candidate reaches and zero IoU, which
 removes them from every step exactly as the original's indexing does.
+
+Every cost stays within float16's range (65,504): the Atlas training series (910A) has
+float16-only TopK kernels, and MindSpore's precision mode there casts the costs to float16
+before the selection: YOLOX's geometry penalties (1e5, 1e6), or any "infinite" cost for the
+excluded pairs, would become inf there. Only the order of the costs matters, so the
+class + IoU part is capped at :data:`COST_CAP` (never reached with up to 159 classes: each of
+the class BCE's terms adds at most 100 per class, the IoU part at most 3 x 18.5), the geometry
+penalty is :data:`GEOMETRY_PENALTY` (above the cap: every pair in both regions still ranks
+before every pair that is not) and an excluded pair's cost is :data:`EXCLUDED_COST`, above
+every candidate's: the same assignment as the original's, in float32 and after a cast.
 
 When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, three compiled operators
 do most of the work: steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two
@@ -40,10 +50,12 @@ from msdet.ops.boxes import pairwise_iou_cxcywh
 
 RULES = ("yolox-0.3.0", "yolox-latest")
 DEFAULT_RADIUS = {"yolox-0.3.0": 2.5, "yolox-latest": 1.5}
-# Penalties as in the original: 1e5 (0.3.0) / 1e6 (latest) for geometry, and a value no
-# candidate can reach for anchors outside the candidate set and for padded ground truths.
-GEOMETRY_PENALTY = {"yolox-0.3.0": 1e5, "yolox-latest": 1e6}
-EXCLUDED_COST = 1e9
+# The costs' scale (module docstring): candidates' class + IoU cost capped at COST_CAP, the
+# geometry penalty above it, the excluded pairs above any candidate, all within float16.
+COST_CAP = 16000.0
+GEOMETRY_PENALTY = {"yolox-0.3.0": 20000.0, "yolox-latest": 20000.0}
+EXCLUDED_COST = 60000.0
+FLOAT16_MAX = 65504.0
 TOPK_CANDIDATES = 10
 LOG_CLAMP = -100.0  # torch.nn.functional.binary_cross_entropy clamps log() at -100
 # The smallest normal float32: the log of anything at least this large is finite everywhere.
@@ -110,8 +122,8 @@ class SimOTAAssigner(nn.Cell):
         # reduce kernels are ~8x slower than its matmul here), and broadcasting max/min
         # is avoided (its CPU kernel is ~20x slower than the non-broadcasting one).
         # At B=8, M=120, A=2100 this runs in ~70 ms on 2 cores (first version: ~290 ms).
-        # float32 throughout, whatever the caller's dtype: the costs reach EXCLUDED_COST
-        # (1e9) and the geometry penalty (1e5), both beyond float16's 65504.
+        # float32 throughout, whatever the caller's dtype: the costs span 0..EXCLUDED_COST
+        # with fine steps near 0 (a float16 TopK, the 910A's, sees them cast).
         f32 = ms.float32
         pred_boxes = ops.stop_gradient(pred_boxes).astype(f32)
         obj_logits = ops.stop_gradient(obj_logits).astype(f32)
@@ -138,8 +150,11 @@ class SimOTAAssigner(nn.Cell):
             cls_cost = self._class_cost(cls_logits, obj_logits, gt_classes, m)
         else:
             cls_cost = self.class_cost_op(cls_logits, obj_logits, gt_classes.astype(ms.int32))
-        cost = cls_cost + 3.0 * iou_cost + geometry_cost
-        cost = cost + excluded_cost  # adds exactly 0 to the pairs kept
+        # Pairs kept: the capped class + IoU cost plus the geometry penalty; excluded pairs:
+        # EXCLUDED_COST alone (excluded_cost is 0 or EXCLUDED_COST, so `kept` is 1 or 0).
+        kept = 1.0 - excluded_cost / EXCLUDED_COST
+        base = ops.minimum(cls_cost + 3.0 * iou_cost, COST_CAP)
+        cost = (base + geometry_cost) * kept + excluded_cost
 
         # 3. and 4. Dynamic k, each ground truth's k cheapest anchors, one per anchor.
         if self.match_op is None:
