@@ -47,7 +47,13 @@ def evaluate(run: Run) -> None:
     dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
     metrics, _ = evaluate_on_dataset(
         InferenceNet(detector),
-        build_nms(cfg.eval, detector.num_classes, on_host=rt.host_nms, kernels=rt.kernels),
+        build_nms(
+            cfg.eval,
+            detector.num_classes,
+            on_host=rt.host_nms,
+            kernels=rt.kernels,
+            max_boxes=rt.nms_max_boxes,
+        ),
         dataset,
         val,
         run.dir,

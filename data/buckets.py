@@ -31,7 +31,7 @@ def target_buckets(data_cfg: Any) -> tuple[int, ...]:
     max_objects = int(data_cfg.max_objects)
     if max_objects < 1:
         raise ValueError(f"data.max_objects must be at least 1, got {max_objects}")
-    raw = data_cfg.get("target_buckets") or []
+    raw = data_cfg.target_buckets or []
     if isinstance(raw, str) or not isinstance(raw, Sequence):
         raise ValueError(
             f"data.target_buckets must be a list of row counts, e.g. [16,32], got {raw!r}"

@@ -94,7 +94,7 @@ def describe(
         "name": str(model_cfg.name),
         **architecture(model_cfg),
         "num_classes": int(num_classes),
-        "prior_prob": float(model_cfg.get("prior_prob", 0.01)),
+        "prior_prob": float(model_cfg.prior_prob),
     }
     return Description(
         model=model,

@@ -24,12 +24,20 @@ def build_nms(
     on_host: bool = False,
     conf_thresh: float | None = None,
     kernels: CpuKernels = NATIVE,
+    max_boxes: int | None = None,
 ) -> BatchedNMS | HostNMS:
     """:class:`BatchedNMS` from the ``eval`` config group (conf_thresh, nms_iou, ...), or
     with ``on_host`` (``Runtime.host_nms``: the chip's NMSWithMask is float16 only) the
     same post-processing with the suppression on the host (:class:`ops.nms.HostNMS`).
     ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py: ``predict.conf``);
-    ``kernels`` says whether the suppression runs on msdet's CPU kernel."""
+    ``kernels`` says whether the suppression runs on msdet's CPU kernel; ``max_boxes``
+    (``Runtime.nms_max_boxes``) is how many candidates the device's ``NMSWithMask`` takes
+    exactly: ``eval.pre_nms_topk`` above it is an error naming both."""
+    if not on_host and max_boxes is not None and int(eval_cfg.pre_nms_topk) > max_boxes:
+        raise ValueError(
+            f"eval.pre_nms_topk={int(eval_cfg.pre_nms_topk)} is more candidates than this "
+            f"device's NMSWithMask computes exactly ({max_boxes}): set eval.pre_nms_topk<={max_boxes}"
+        )
     settings = {
         "conf_thresh": float(eval_cfg.conf_thresh if conf_thresh is None else conf_thresh),
         "iou_thresh": float(eval_cfg.nms_iou),

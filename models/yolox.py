@@ -30,8 +30,9 @@ def load_model_config(name: str) -> DictConfig:
     return OmegaConf.load(path)
 
 
-# Architecture fields a model config may leave out (every config before YOLOX-Darknet53
-# did): they default to what nano ... x are, so those configs build the same network.
+# Architecture fields that checkpoint descriptions written before YOLOX-Darknet53 leave out:
+# what nano ... x are, so those checkpoints build the same network. (Every model config
+# names them.)
 ARCHITECTURE_DEFAULTS: dict[str, Any] = {
     "backbone": "cspdarknet",
     "neck": "pafpn",
@@ -116,7 +117,7 @@ def build_model(cfg: Any, num_classes: int | None = None, kernels: CpuKernels = 
         in_channels=tuple(arch["in_channels"]),
         act=arch["act"],
         depthwise=arch["depthwise"],
-        prior_prob=float(cfg.get("prior_prob", 0.01)),
+        prior_prob=float(cfg.prior_prob),
         kernels=kernels,
     )
     return YOLOX(neck, head)

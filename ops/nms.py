@@ -339,3 +339,21 @@ def postprocess_numpy(
             )
         )
     return out
+
+
+def sample_predictions(num_boxes: int, num_classes: int = 80, seed: int = 0) -> np.ndarray:
+    """Decoded predictions ``[1, num_boxes, 5 + num_classes]`` (cx, cy, w, h in a 640-px
+    image, objectness, class probabilities) that overlap in clusters, so that NMS suppresses
+    many and keeps many: what a check of an NMS implementation runs on."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(40, 600, (num_boxes // 8 + 1, 2))
+    cluster = rng.integers(0, len(centres), num_boxes)
+    preds = np.zeros((1, num_boxes, 5 + num_classes), np.float32)
+    preds[0, :, 0:2] = centres[cluster] + rng.normal(0, 6, (num_boxes, 2))
+    preds[0, :, 2:4] = rng.uniform(20, 120, (num_boxes, 2))
+    preds[0, :, 4] = rng.uniform(0.2, 1.0, num_boxes)
+    preds[0, :, 5:] = rng.uniform(0, 0.2, (num_boxes, num_classes))
+    preds[0, np.arange(num_boxes), 5 + rng.integers(0, num_classes, num_boxes)] = rng.uniform(
+        0.3, 1.0, num_boxes
+    )
+    return preds

@@ -138,7 +138,7 @@ def build_torch_yolox(model_cfg: Any, num_classes: int, seed: int = 0):
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.eps, m.momentum = 1e-3, 0.03
-    model.head.initialize_biases(model_cfg.get("prior_prob", 0.01))
+    model.head.initialize_biases(float(model_cfg.prior_prob))
     return model
 
 

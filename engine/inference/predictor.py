@@ -123,6 +123,7 @@ class Predictor:
             on_host=rt is not None and rt.host_nms,
             conf_thresh=self.conf,
             kernels=kernels,
+            max_boxes=rt.nms_max_boxes if rt is not None else None,
         )
         if description is not None:
             self.class_names, self.category_ids = description.class_names, description.category_ids

@@ -41,8 +41,8 @@ SPIN_COUNT_VAR, SPIN_COUNT = "GOMP_SPINCOUNT", "1000"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")
 
-# Ascend operator precision (runtime.precision_mode). "auto" follows the chip profile below;
-# any of CANN's modes can be set explicitly.
+# Ascend operator precision (runtime.precision_mode). "auto" leaves MindSpore's own default per
+# chip; any of CANN's modes can be set explicitly.
 PRECISION_MODES = (
     "auto",
     "must_keep_origin_dtype",
@@ -66,32 +66,42 @@ SOC_A2 = "train_hq_dtype_line"
 OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
 
 
+# NMSWithMask's box limits per call: MindSpore's operator takes at most 2,864; the A2's
+# static kernel computes its next index in float16, exact for integers up to 2,048.
+NMS_MAX_BOXES = 2864
+NMS_MAX_BOXES_FLOAT16_INDEX = 2048
+
+
 @dataclass(frozen=True)
 class ChipProfile:
     """What msdet does differently on one Ascend chip, decided from MindSpore's own SoC
     capability queries (:func:`chip_profile`), never from a list of chip names.
 
-    ``precision_mode``: what ``runtime.precision_mode=auto`` sets (None: MindSpore's own
-    default). ``host_nms``: NMS runs on the host, because the chip's ``NMSWithMask`` kernel
-    (the legacy TBE path of chips with RPN instructions) takes float16 only and scales
+    ``host_nms``: NMS runs on the host, because the chip's ``NMSWithMask`` kernel (the
+    legacy TBE path of chips with RPN instructions) takes float16 only and scales
     coordinates by 0.054: class offsets of 80 classes x 833 px exceed float16's 65504 and
-    float16's spacing at 2,048 px is 2 px, so suppression would silently differ.
+    float16's spacing at 2,048 px is 2 px, so suppression would silently differ. Where NMS
+    runs on the device, :func:`device_nms_problem` still checks it on first use.
+    ``nms_max_boxes``: candidates per ``NMSWithMask`` call whose indices the chip computes
+    exactly. ``default_jit_level``: MindSpore's choice when ``runtime.jit_level`` is unset
+    (GE graph sink on the Atlas training series, kernel by kernel elsewhere).
     """
 
     soc: str  # MindSpore's name for it (MSContext.get_ascend_soc_version), for reports
     cube_fp32: bool  # matrix operators (convolution, matmul) compute in float32
     float_status: bool  # fp16 overflow read from the float-status register
-    precision_mode: str | None
     host_nms: bool
+    nms_max_boxes: int = NMS_MAX_BOXES
+    default_jit_level: str = "O0"
 
     def describe(self) -> str:
         """One log line."""
-        mode = self.precision_mode or "MindSpore's default"
         return (
             f"Ascend chip {self.soc}: cube float32 {'yes' if self.cube_fp32 else 'no'}, "
-            f"precision mode {mode}, overflow from the "
+            f"overflow from the "
             f"{'float-status register' if self.float_status else 'gradients'}, "
             f"NMS on the {'host' if self.host_nms else 'device'}"
+            + ("" if self.host_nms else f" (<= {self.nms_max_boxes} boxes per call)")
         )
 
 
@@ -99,30 +109,24 @@ def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | N
     """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW` and
     :data:`SOC_A2` (and the overflow mode set in the environment).
 
-    - A2 and later (``hq_dtype``): keep every operator's dtype, so that AMP alone decides
-      what runs in float16 (MindSpore's own default there); NMS on the device (its
-      ``NMSLargeN`` kernel takes float32).
-    - The Atlas training series (``classic``): its cube has no float32, so keeping float32
-      would fail or fall back to the AI CPU for every convolution of a float32 graph (amp=O0,
-      the evaluation network, the assigner's batched matmul); ``allow_fp32_to_fp16`` runs
-      matrix operators in float16 and keeps vector operators (BatchNorm, the loss) in float32.
-      NMS on the host.
-    - Anything else (an inference chip, a chip MindSpore answers neither for): MindSpore's
-      own precision default, NMS on the host (correct everywhere, slower).
+    - A2 and later (``hq_dtype``): NMS on the device (its ``NMSLargeN`` kernel takes
+      float32; its static path indexes in float16, so at most 2,048 boxes per call).
+    - The Atlas training series (``classic``): NMS on the host; MindSpore compiles whole
+      graphs through GE (jit level O2) by default there.
+    - Anything else (an inference chip, a chip MindSpore answers neither for): NMS on the
+      host (correct everywhere, slower).
+
+    The operator precision mode is MindSpore's own per-chip default unless
+    ``runtime.precision_mode`` sets one (:func:`resolve_precision_mode`).
     """
     cube_fp32 = bool(hq_dtype)
-    if cube_fp32:
-        precision = KEEP_DTYPE
-    elif classic:
-        precision = "allow_fp32_to_fp16"
-    else:
-        precision = None
     return ChipProfile(
         soc=soc or "unknown",
         cube_fp32=cube_fp32,
         float_status=float_status_register(bool(classic), bool(hq_dtype), overflow_mode),
-        precision_mode=precision,
         host_nms=not cube_fp32,
+        nms_max_boxes=NMS_MAX_BOXES_FLOAT16_INDEX if cube_fp32 else NMS_MAX_BOXES,
+        default_jit_level="O2" if classic else "O0",
     )
 
 
@@ -304,18 +308,21 @@ def check_precision_mode(mode: str) -> str:
 
 
 def resolve_precision_mode(requested: Any, chip: ChipProfile) -> str | None:
-    """The precision mode to set: the chip's for ``auto``, else the requested one (a keep-
-    dtype request on a chip whose cube has no float32 is honoured, with a warning)."""
+    """The precision mode to set: None for ``auto`` (MindSpore chooses per chip: keep-dtype
+    on A2 and later, ``allow_fp32_to_fp16`` on the Atlas training series, whose cube has no
+    float32; setting keep-dtype explicitly on A2 would also turn float32 convolutions from
+    HF32 to keep-dtype and stop MindSpore's per-operator switching), else the requested one
+    (a keep-dtype request on a chip whose cube has no float32 is honoured, with a warning)."""
     mode = check_precision_mode(str(requested or DEFAULT_PRECISION_MODE))
     if mode == "auto":
-        return chip.precision_mode
+        return None
     if mode == KEEP_DTYPE and not chip.cube_fp32:
         log.warning(
             "runtime.precision_mode=%s on %s, whose cube unit has no float32: float32 "
-            "convolutions and matmuls will fail or run on the AI CPU (auto: %s)",
+            "convolutions and matmuls will fail or run on the AI CPU (auto leaves "
+            "MindSpore's allow_fp32_to_fp16 there)",
             mode,
             chip.soc,
-            chip.precision_mode,
         )
     return mode
 
@@ -327,10 +334,51 @@ def apply_precision_mode(ms: Any, mode: str | None) -> None:
 
 
 def precision_mode_in_effect() -> str:
-    """The Ascend operator precision mode MindSpore will hand CANN (for reports)."""
+    """The Ascend operator precision mode MindSpore will hand CANN (for reports); empty
+    when MindSpore keeps its own per-chip default."""
     from mindspore._c_expression import AscendOpPrecisionConf
 
     return AscendOpPrecisionConf.get_instance().precision_mode()
+
+
+def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
+    """(jit level, how MindSpore runs it) on this device: the configured level, else the
+    chip's default; O2 is GE's whole-graph sink, O0/O1 kernel by kernel (rank-table
+    launches run GE whatever is configured)."""
+    level = configured or (chip.default_jit_level if chip else "O0")
+    if chip is not None and os.environ.get("RANK_TABLE_FILE"):
+        level = "O2"
+    backend = "GE graph sink" if level == "O2" and chip is not None else "kernel by kernel"
+    return level, backend
+
+
+def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> str | None:
+    """Check ``NMSWithMask`` on this device before msdet relies on it: one image of
+    ``max_boxes`` candidates through :class:`~msdet.ops.nms.BatchedNMS` on the device and
+    through :class:`~msdet.ops.nms.HostNMS`; None when both keep the same detections, else
+    why not (a failed compile or launch, or other detections), for one log line."""
+    import mindspore as ms
+    import numpy as np
+
+    from msdet.ops.nms import BatchedNMS, HostNMS, sample_predictions
+
+    preds = ms.Tensor(sample_predictions(max_boxes, num_classes, seed))
+    settings = {"conf_thresh": 0.01, "iou_thresh": 0.65, "pre_nms_topk": max_boxes, "max_det": 100}
+    try:
+        dets, counts = (t.asnumpy() for t in BatchedNMS(num_classes, **settings)(preds))
+    except Exception as err:  # any failure to compile or run here means: not on this device
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return f"NMSWithMask failed on this device ({first[:200]})"
+    host_dets, host_counts = HostNMS(num_classes, **settings)(preds)
+    if not np.array_equal(counts, host_counts):
+        return (
+            f"NMSWithMask kept {int(counts.sum())} detections of {max_boxes} candidates where "
+            f"the host keeps {int(host_counts.sum())}"
+        )
+    n = int(counts[0])
+    if not np.allclose(dets[0, :n], host_dets[0, :n], rtol=1e-5, atol=1e-3):
+        return f"NMSWithMask's detections differ from the host's on {max_boxes} candidates"
+    return None
 
 
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:

@@ -39,9 +39,12 @@ class Runtime:
     run_dir: str = "."
     sync_bn: bool = False  # BatchNorm statistics synced over ranks (Ascend, several ranks)
     float_status: bool = False  # overflow read from the device's float-status register
-    precision_mode: str | None = None  # Ascend operator precision mode set at start-up
+    precision_mode: str | None = None  # Ascend precision mode set at start-up (None: MindSpore's)
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
-    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask is float16-only
+    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask cannot be trusted
+    nms_max_boxes: int = dev.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
+    jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
+    backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
     kernels: CpuKernels = NATIVE  # msdet's compiled CPU kernels the builders take
 
     @property
@@ -95,9 +98,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     compiler.configure_graph_dumps(
         os.path.join(run_dir, "graphs") if graphs_level else None, graphs_level
     )
-    jit_level, fusion_flags = compiler.configure_fusion(
-        cfg.get("fusion", "off"), cfg.jit_level, device
-    )
+    jit_level, fusion_flags = compiler.configure_fusion(cfg.fusion, cfg.jit_level, device)
 
     import mindspore as ms  # after the environment is prepared
 
@@ -116,13 +117,23 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     rank, world = 0, 1
     if cfg.distributed:
         rank, world = dev.init_distributed(ms, device)
-    sync_bn = dev.resolve_sync_bn(bool(cfg.get("sync_bn", False)), device, world)
+    sync_bn = dev.resolve_sync_bn(bool(cfg.sync_bn), device, world)
     chip = dev.ascend_chip() if device == "Ascend" else None
-    precision = None
+    precision, host_nms = None, chip is not None and chip.host_nms
     if chip is not None:
-        precision = dev.resolve_precision_mode(cfg.get("precision_mode"), chip)
+        precision = dev.resolve_precision_mode(cfg.precision_mode, chip)
         dev.apply_precision_mode(ms, precision)
         log.info("%s", chip.describe())
+        log.info(
+            "operator precision mode: %s",
+            dev.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
+        )
+        if not host_nms:
+            problem = dev.device_nms_problem(chip.nms_max_boxes)
+            if problem:
+                log.warning("%s: NMS runs on the host", problem)
+                host_nms = True
+    level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
@@ -144,7 +155,10 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         float_status=chip is not None and chip.float_status,
         precision_mode=precision,
         chip=chip.soc if chip else None,
-        host_nms=chip is not None and chip.host_nms,
+        host_nms=host_nms,
+        nms_max_boxes=chip.nms_max_boxes if chip else dev.NMS_MAX_BOXES,
+        jit_level=level,
+        backend=backend,
         kernels=kernels,
     )
     if changed.get(dev.ONEDNN_ISA_VAR):

@@ -128,12 +128,12 @@ def prepare_fine_tuning(net: nn.Cell, tcfg, resume_path: str | None = None) -> s
     Call before building the optimizer and EMA (the EMA starts from the loaded weights).
     Returns the freeze level in force (a resumed run keeps its checkpoint's).
     """
-    if tcfg.get("pretrained"):
-        strict = bool(tcfg.get("pretrained_strict", True))
+    if tcfg.pretrained:
+        strict = bool(tcfg.pretrained_strict)
         log.info("%s", load_pretrained(net, str(tcfg.pretrained), strict).table())
-    level = resolve_freeze(tcfg.get("freeze", "none"), resume_path)
+    level = resolve_freeze(tcfg.freeze, resume_path)
     if level != "none":
         log.info("%s", freeze(net, level).summary())
-        if not tcfg.get("pretrained") and not resume_path:
+        if not tcfg.pretrained and not resume_path:
             log.warning("train.freeze=%s without train.pretrained freezes random weights", level)
     return level

@@ -72,7 +72,7 @@ class Schedule:
 
 def accumulation(tcfg: Any) -> int:
     """``train.accumulate``: micro-batches per optimizer step (1 = no accumulation)."""
-    value = tcfg.get("accumulate", 1)
+    value = tcfg.accumulate
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"train.accumulate must be an integer >= 1, got {value!r}")
     return int(value)
@@ -97,8 +97,8 @@ def optimizer_steps_per_epoch(
 
 def multiscale_settings(tcfg: Any) -> tuple[int, int]:
     """(train.multiscale_range, train.multiscale_interval); range 0 is off."""
-    ms_range = int(tcfg.get("multiscale_range") or 0)
-    interval = int(tcfg.get("multiscale_interval", DEFAULT_INTERVAL))
+    ms_range = int(tcfg.multiscale_range)
+    interval = int(tcfg.multiscale_interval)
     if ms_range < 0:
         raise ValueError(f"train.multiscale_range must be >= 0 (0 = off), got {ms_range}")
     if interval < 1:

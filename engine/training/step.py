@@ -85,7 +85,7 @@ def build_train_step(
     make one optimizer step; ``train.recompute`` marks cells of ``net`` for recomputation
     (:func:`models.yolox.set_recompute`).
     """
-    recomputed = set_recompute(net, str(tcfg.get("recompute") or "none"))
+    recomputed = set_recompute(net, str(tcfg.recompute))
     if recomputed:
         log.info(
             "train.recompute=%s: %d cells recomputed in the backward pass",

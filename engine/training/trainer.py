@@ -198,7 +198,7 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
     )
     for line in summarise_annotations(train_src, cfg.data.img_size):  # python -m data.check: all
         log.info("%s", line)
-    if cfg.runtime.get("compile_cache", False):
+    if cfg.runtime.compile_cache:
         import mindspore as ms
 
         key = training_graph_key(cfg, num_classes)
@@ -243,7 +243,7 @@ def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
 
 def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
     log.info(
-        "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g, amp %s, %s mode%s",
+        "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g",
         cfg.model.name,
         plan.epochs,
         plan.steps_per_epoch,
@@ -251,8 +251,15 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
         plan.ranks,
         f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
         plan.base_lr,
+    )
+    log.info(
+        "%s%s: amp %s, %s mode, jit level %s (%s)%s",
+        rt.device,
+        f" {rt.chip}" if rt.chip else "",
         rt.amp_level,
         rt.mode,
+        rt.jit_level,
+        rt.backend,
         ", data sink" if rt.sink_effective else "",
     )
     if rt.sink and not rt.sink_effective:

@@ -57,7 +57,13 @@ class TrainingEvaluation:
         self.num_vis = int(cfg.train.vis_images)
         self.eval_net = build_model(cfg.model, num_classes, rt.kernels)
         self.detector = InferenceNet(self.eval_net)
-        self.nms = build_nms(cfg.eval, num_classes, on_host=rt.host_nms, kernels=rt.kernels)
+        self.nms = build_nms(
+            cfg.eval,
+            num_classes,
+            on_host=rt.host_nms,
+            kernels=rt.kernels,
+            max_boxes=rt.nms_max_boxes,
+        )
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )

@@ -39,15 +39,15 @@ def check_chip(rt: Any) -> Check:
     from msdet.engine.runtime.device import chip_profile
 
     if rt.device != "Ascend":
-        expected = {  # (classic, A2) -> (precision mode, host NMS, float-status register)
-            "ascend910": ((True, False), ("allow_fp32_to_fp16", True, True)),
-            "ascend910b": ((False, True), ("must_keep_origin_dtype", False, False)),
-            "ascend310p": ((False, False), (None, True, False)),
+        expected = {  # (classic, A2) -> (host NMS, float-status register, NMS boxes, jit level)
+            "ascend910": ((True, False), (True, True, 2864, "O2")),
+            "ascend910b": ((False, True), (False, False, 2048, "O0")),
+            "ascend310p": ((False, False), (True, False, 2864, "O0")),
         }
         got = {}
         for soc, (answers, _) in expected.items():
             p = chip_profile(soc, *answers, None)
-            got[soc] = (p.precision_mode, p.host_nms, p.float_status)
+            got[soc] = (p.host_nms, p.float_status, p.nms_max_boxes, p.default_jit_level)
         ok = all(got[s] == w for s, (_, w) in expected.items())
         return Check(
             "chip profile (simulated)",
@@ -64,9 +64,12 @@ def check_chip(rt: Any) -> Check:
         "passed" if ok else "failed",
         {
             "chip": rt.chip,
-            "precision_mode": in_effect,
+            "precision_mode": in_effect or "MindSpore's default",
             "chosen": rt.precision_mode,
             "host_nms": rt.host_nms,
+            "nms_max_boxes": rt.nms_max_boxes,
+            "jit_level": rt.jit_level,
+            "backend": rt.backend,
         },
     )
 

@@ -104,37 +104,35 @@ CHIPS = {
 }
 
 
-def test_chip_profiles_decide_precision_overflow_and_nms_per_chip():
+def test_chip_profiles_decide_overflow_nms_and_jit_level_per_chip():
     profiles = {soc: device.chip_profile(soc, *answers, None) for soc, answers in CHIPS.items()}
     a, b, b93, infer = (profiles[s] for s in CHIPS)
-    # 910A: no float32 cube -> matrix operators in fp16, vector ones kept; register; host NMS
-    assert (a.precision_mode, a.cube_fp32, a.float_status, a.host_nms) == (
-        "allow_fp32_to_fp16",
-        False,
-        True,
-        True,
-    )
-    # 910B and later: keep dtype (AMP decides), overflow in the gradients, NMS on the device
+    # 910A: no float32 cube, the register, host NMS, GE's graph sink by default
+    assert (a.cube_fp32, a.float_status, a.host_nms, a.default_jit_level) == (
+        False, True, True, "O2",
+    )  # fmt: skip
+    # 910B and later: overflow in the gradients, NMS on the device within its float16 index
     for chip in (b, b93):
-        assert (chip.precision_mode, chip.cube_fp32, chip.float_status, chip.host_nms) == (
-            "must_keep_origin_dtype",
-            True,
-            False,
-            False,
-        )
-    # Neither answer: MindSpore's own precision default, the NMS that is right everywhere
-    assert infer.precision_mode is None and infer.host_nms and not infer.float_status
+        assert (chip.cube_fp32, chip.float_status, chip.host_nms, chip.nms_max_boxes) == (
+            True, False, False, 2048,
+        )  # fmt: skip
+        assert chip.default_jit_level == "O0"
+    # Neither answer: the NMS that is right everywhere
+    assert infer.host_nms and not infer.float_status
     # A2 in saturation mode reads the register too
     assert device.chip_profile("ascend910b", False, True, "SATURATION_MODE").float_status
-    assert "ascend910: cube float32 no, precision mode allow_fp32_to_fp16" in a.describe()
+    assert "ascend910: cube float32 no" in a.describe()
+    assert "NMS on the device (<= 2048 boxes per call)" in b.describe()
 
 
-def test_precision_mode_auto_follows_the_chip_and_explicit_values_are_kept(caplog):
+def test_precision_mode_auto_leaves_mindspores_default_and_explicit_values_win(caplog):
+    """auto sets nothing: MindSpore keeps dtype on A2 and casts to fp16 on the 910A itself,
+    and an explicit keep-dtype on A2 would change its HF32 convolutions."""
     a = device.chip_profile("ascend910", True, False, None)
     b = device.chip_profile("ascend910b", False, True, None)
     assert device.DEFAULT_PRECISION_MODE == "auto"
-    assert device.resolve_precision_mode("auto", a) == "allow_fp32_to_fp16"
-    assert device.resolve_precision_mode(None, b) == "must_keep_origin_dtype"
+    assert device.resolve_precision_mode("auto", a) is None
+    assert device.resolve_precision_mode(None, b) is None
     assert device.resolve_precision_mode("force_fp16", b) == "force_fp16"
     with caplog.at_level("WARNING", logger="msdet.engine.runtime.device"):
         assert (
@@ -143,6 +141,44 @@ def test_precision_mode_auto_follows_the_chip_and_explicit_values_are_kept(caplo
     assert "cube unit has no float32" in caplog.text
     with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
         device.check_precision_mode("fp16_please")
+
+
+def test_the_jit_level_in_effect_is_named_with_how_it_runs(monkeypatch):
+    a = device.chip_profile("ascend910", True, False, None)
+    b = device.chip_profile("ascend910b", False, True, None)
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    assert device.jit_level_in_effect(None, a) == ("O2", "GE graph sink")
+    assert device.jit_level_in_effect(None, b) == ("O0", "kernel by kernel")
+    assert device.jit_level_in_effect("O1", a) == ("O1", "kernel by kernel")
+    assert device.jit_level_in_effect(None, None) == ("O0", "kernel by kernel")
+    monkeypatch.setenv("RANK_TABLE_FILE", "/x/rank_table.json")
+    assert device.jit_level_in_effect("O0", b) == ("O2", "GE graph sink")
+
+
+def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkeypatch):
+    """On this CPU the device NMS (NMSWithMask) equals the host's: no problem. A device NMS
+    that fails to compile, or keeps other boxes, is named, and NMS moves to the host."""
+    from msdet.ops import nms
+
+    assert device.device_nms_problem(256) is None
+    real = nms.BatchedNMS
+
+    class Failing(real):
+        def construct(self, predictions):
+            raise RuntimeError("Compile failed: NMSWithMask input shape must be [N, 8]\nmore")
+
+    monkeypatch.setattr(nms, "BatchedNMS", Failing)
+    problem = device.device_nms_problem(64)
+    assert problem.startswith("NMSWithMask failed on this device (") and "[N, 8]" in problem
+    assert "more" not in problem  # one line
+
+    class Wrong(real):
+        def construct(self, predictions):
+            dets, counts = super().construct(predictions)
+            return dets, counts - 1  # one detection lost, as an inexact index would
+
+    monkeypatch.setattr(nms, "BatchedNMS", Wrong)
+    assert "NMSWithMask kept" in device.device_nms_problem(64)
 
 
 def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
