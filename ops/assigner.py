@@ -96,6 +96,10 @@ class SimOTAAssigner(nn.Cell):
         self.pairs_op = simota_pairs_op(library) if library else None
         self.class_cost_op = simota_class_cost_op(library) if library else None
         self.match_op = simota_match_op(library) if library else None
+        # Tensors, not Python numbers, in the arithmetic: `x / 60000.0` is MindSpore 2.10's
+        # Divs, which has no GE adapter (the 910A compiles whole graphs through GE).
+        self.excluded = ms.Tensor(EXCLUDED_COST, ms.float32)
+        self.cost_cap = ms.Tensor(COST_CAP, ms.float32)
         self.pairs_hyper = ms.Tensor(
             [self.penalty, EXCLUDED_COST, float(self.center_only)], ms.float32
         )
@@ -152,8 +156,11 @@ class SimOTAAssigner(nn.Cell):
             cls_cost = self.class_cost_op(cls_logits, obj_logits, gt_classes.astype(ms.int32))
         # Pairs kept: the capped class + IoU cost plus the geometry penalty; excluded pairs:
         # EXCLUDED_COST alone (excluded_cost is 0 or EXCLUDED_COST, so `kept` is 1 or 0).
-        kept = 1.0 - excluded_cost / EXCLUDED_COST
-        base = ops.minimum(cls_cost + 3.0 * iou_cost, COST_CAP)
+        kept = 1.0 - ops.div(excluded_cost, self.excluded)
+        # min(raw, cap) as raw - relu(raw - cap): Minimum's gradient graph holds Divs, which
+        # has no GE adapter (the assignment has no gradient, but its graph is still built).
+        raw = cls_cost + 3.0 * iou_cost
+        base = raw - ops.relu(raw - self.cost_cap)
         cost = (base + geometry_cost) * kept + excluded_cost
 
         # 3. and 4. Dynamic k, each ground truth's k cheapest anchors, one per anchor.
@@ -161,7 +168,10 @@ class SimOTAAssigner(nn.Cell):
             fg, matched_gt, matched_iou = self._match(cost, ious, valid, ones_m)
         else:
             fg, matched_gt, matched_iou = self.match_op(cost, ious, gt_mask)
-        return fg, matched_gt.astype(ms.int32), matched_iou, fg.sum()
+        # Constants of the loss, as in YOLOX (its assignment runs under torch.no_grad()): no
+        # gradient graph is built through the assignment.
+        fg, matched_iou = ops.stop_gradient(fg), ops.stop_gradient(matched_iou)
+        return fg, ops.stop_gradient(matched_gt.astype(ms.int32)), matched_iou, fg.sum()
 
     def _class_cost(self, cls_logits, obj_logits, gt_classes, m):
         """Step 2's class cost [B, M, A] on MindSpore's operators: the class BCE of each

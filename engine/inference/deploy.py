@@ -1,20 +1,25 @@
 """Turn export.py's file into what Ascend deploys: an offline model (ATC) or a MindSpore Lite model.
 
     python export.py ckpt=best.ckpt export.format=ONNX run.dir=runs/export
-    python -m engine.deploy runs/export --soc Ascend910B1            # ATC and converter_lite
-    python -m engine.deploy runs/export --soc Ascend310P3 --target om --dry-run
+    python -m msdet.engine.inference.deploy runs/export --soc 910B1   # ATC and converter_lite
+    python -m msdet.engine.inference.deploy runs/export --soc 310P3 --target om --dry-run
 
 Reads ``export.json`` in the export folder (written by export.py: the file, its format and
 input shape) and runs, where the tool is on PATH:
 
 - **ATC** (CANN's Ascend Tensor Compiler) -> ``<stem>.om``, from the **ONNX** export only:
   ATC takes ONNX (``--framework=5``, opsets 11-15) or AIR, and MindSpore 2.10 deprecates AIR
-  (``mindspore.export`` warns that it will be removed). ``--soc`` is the chip's SoC version as
-  ``npu-smi info`` names it (Ascend910B1, Ascend310P3, ...).
+  (``mindspore.export`` warns that it will be removed). ``--soc`` is the chip as ``npu-smi
+  info`` names it (``910B1``, ``310P3``) or ATC's SoC version (``Ascend910B1``). ATC may
+  append the OS and architecture to the file name (``<stem>_linux_aarch64.om``): the file it
+  wrote is found either way.
 - **converter_lite** (MindSpore Lite) -> ``<stem>_lite.mindir``, from MINDIR (``--fmk=MINDIR``)
   or ONNX (``--fmk=ONNX``), ``--optimize=ascend_oriented`` for Ascend (``general`` for CPU).
 
 Shapes are static (export.py traces one input shape), so neither tool needs an input shape.
+An export with NMS inside is refused: CANN's NMSWithMask kernels take boxes as [N, 8] and
+MindSpore builds [N, 5] (the chip check's finding), so the deployed network is the one
+without NMS (``export.with_nms=false``) and NMS runs on the host.
 A missing tool is said in one line with how to get it, and the command is printed for later;
 ``--dry-run`` only prints. Exit codes: 0 done (or dry run), 2 bad export, 3 a tool is missing.
 """
@@ -22,6 +27,7 @@ A missing tool is said in one line with how to get it, and the command is printe
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -97,6 +103,26 @@ def read_export(folder: str) -> dict:
     return {**export, "file": model}
 
 
+def soc_version(name: str) -> str:
+    """ATC's ``--soc_version`` for a chip as ``npu-smi info`` names it (``910B1`` ->
+    ``Ascend910B1``); a name that already starts with Ascend is kept."""
+    name = name.strip()
+    if not name:
+        return ""
+    return name if name.lower().startswith("ascend") else f"Ascend{name}"
+
+
+def check_without_nms(export: dict) -> None:
+    """Refuse an export whose graph holds NMSWithMask: no Ascend kernel takes it as built."""
+    if export.get("with_nms"):
+        raise DeployError(
+            "this export holds NMS (NMSWithMask), which CANN's kernels take only as [N, 8] "
+            "boxes while MindSpore builds [N, 5]: export the network alone for Ascend "
+            "(python export.py ckpt=... export.with_nms=false) and run NMS on the host "
+            "(msdet.ops.nms.HostNMS)"
+        )
+
+
 def atc_command(export: dict, soc: str) -> Command:
     """ATC from the ONNX export to an offline model for ``soc``."""
     if export["format"] != "ONNX":
@@ -112,7 +138,7 @@ def atc_command(export: dict, soc: str) -> Command:
         "--framework=5",
         f"--output={stem}",
         "--input_format=NCHW",
-        f"--soc_version={soc}",
+        f"--soc_version={soc_version(soc)}",
         "--log=error",
     )
     return Command("atc", args, stem + ".om")
@@ -135,6 +161,7 @@ def plan(export: dict, target: str, soc: str | None) -> list[Command]:
     """The conversions for ``target`` (om, lite or both)."""
     if target not in TARGETS:
         raise DeployError(f"--target must be one of {TARGETS}, got {target!r}")
+    check_without_nms(export)
     commands = []
     if target in ("om", "both"):
         commands.append(atc_command(export, soc or ""))
@@ -155,18 +182,29 @@ def run(commands: Sequence[Command], dry_run: bool = False) -> int:
             missing += 1
             continue
         done = subprocess.run([cmd.tool, *cmd.args], capture_output=True, text=True)
-        if done.returncode != 0 or not os.path.isfile(cmd.output):
+        written = written_file(cmd.output)
+        if done.returncode != 0 or written is None:
             tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
             raise DeployError(f"{cmd.tool} failed (exit {done.returncode}): " + " | ".join(tail))
-        print(f"wrote {cmd.output}")
+        print(f"wrote {written}")
     return 3 if missing else 0
+
+
+def written_file(expected: str) -> str | None:
+    """The file a tool wrote for ``expected``: itself, or the newest ``<stem>*<suffix>`` beside
+    it (ATC appends ``_<os>_<arch>`` to the name on some installs); None when neither."""
+    if os.path.isfile(expected):
+        return expected
+    stem, suffix = os.path.splitext(expected)
+    found = glob.glob(glob.escape(stem) + "*" + suffix)
+    return max(found, key=os.path.getmtime) if found else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="export.py's run folder (holds export.json)")
     parser.add_argument("--target", default="both", choices=TARGETS)
-    parser.add_argument("--soc", help="ATC's --soc_version, e.g. Ascend910B1 (npu-smi info)")
+    parser.add_argument("--soc", help="the chip as npu-smi info names it (910B1) or Ascend910B1")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     try:

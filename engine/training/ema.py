@@ -67,6 +67,8 @@ class ModelEMA(nn.Cell):
             ms.Tensor(0.0, ms.float32), name="ema_updates", requires_grad=False
         )
         self.hyper_map = ops.HyperMap()
+        # A tensor divisor: `x / 2000.0` is MindSpore 2.10's Divs, which has no GE adapter.
+        self.ramp = ms.Tensor(EMA_RAMP, ms.float32)
         # On CPU, the update as one operator reading the parameters in place (ops.ema: the
         # same bits), given msdet's kernel library (CpuKernels.library_for("ema")).
         float32 = all(a.dtype == np.float32 for a in arrays)
@@ -75,7 +77,7 @@ class ModelEMA(nn.Cell):
     def construct(self):
         updates = self.updates + 1.0
         ops.assign(self.updates, updates)
-        d = self.decay * (1.0 - ops.exp(-updates / EMA_RAMP))
+        d = self.decay * (1.0 - ops.exp(ops.div(-updates, self.ramp)))
         if self.flat is not None:
             return self.flat(1.0 - d, *self.sources, self.buffer)
         # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel

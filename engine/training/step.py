@@ -218,6 +218,9 @@ class TrainStep(nn.Cell):
             ms.Tensor(0, ms.int32), name="loss_scale_good_steps", requires_grad=False
         )
         self.scale_window = scale_window
+        # Comparisons against tensors, not Python numbers: MindSpore 2.10 turns `x < 0.5` into
+        # LessScalar, which has no GE adapter (the 910A compiles whole graphs through GE).
+        self.half, self.zero = ms.Tensor(0.5, ms.float32), ms.Tensor(0.0, ms.float32)
         # A fixed scale of 1 (fp32) needs no unscaling: skip ~330 divisions per step.
         self.unscale = dynamic_scale or float(loss_scale) != 1.0
         self.hyper_map = ops.HyperMap()
@@ -313,7 +316,7 @@ class TrainStep(nn.Cell):
             if self.reduce_flag:
                 # Every call, so that no collective sits inside the branch below.
                 bad = (self.allreduce(bad) > 0.5).astype(ms.float32)
-            finite = bad < 0.5
+            finite = bad < self.half
         else:
             bad = ops.zeros((), ms.float32)
             finite = ms.Tensor(True)
@@ -359,7 +362,7 @@ class TrainStep(nn.Cell):
             # Clear again, so that this step's overflow (or the all-reduce's) is not
             # seen by the next step's check.
             flags = ops.depend(flags, self.clear_status(ops.depend(status, flags)))
-            local_bad = (flags != 0).any()
+            local_bad = ops.abs(flags.astype(ms.float32)).sum() > self.zero
         else:
             local_bad = ops.logical_not(self._all_finite(grads))
         if not self.dynamic_scale:
@@ -380,7 +383,7 @@ class TrainStep(nn.Cell):
         bad = self._local_overflow(grads, loss, status)
         if self.reduce_flag:
             bad = self.allreduce(bad)
-        return bad < 0.5
+        return bad < self.half
 
     def _adjust_scale(self, finite):
         # Halve on overflow; double after `scale_window` good steps in a row.

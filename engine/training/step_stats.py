@@ -61,6 +61,8 @@ class StepStatistics(nn.Cell):
             ms.Tensor(0.0, ms.float32), name=GENERATION_NAME, requires_grad=False
         )
         self.seen = Parameter(ms.Tensor(0.0, ms.float32), name=SEEN_NAME, requires_grad=False)
+        # A tensor, not 0.5: `x < 0.5` is MindSpore 2.10's LessScalar, which has no GE adapter.
+        self.half = ms.Tensor(0.5, ms.float32)
 
     def construct(self, losses, skipped, counted=None):
         # The first step after a read starts from zero.
@@ -73,7 +75,7 @@ class StepStatistics(nn.Cell):
         kept = ops.select(ops.broadcast_to(skipped, values.shape), ops.zeros_like(values), values)
         steps = s[STEPS] + 1.0
         run = (self.skip_run + 1.0) * skip
-        first = ops.logical_and(skipped, s[SKIPPED] < 0.5)
+        first = ops.logical_and(skipped, s[SKIPPED] < self.half)
         head = s[:6] + kept
         counters = ops.stack(
             [

@@ -70,7 +70,14 @@ def test_older_configs_build_cspdarknet_pafpn():
     """A model config without the architecture fields (all of them before Darknet53)
     builds what it built before: the parameter names old checkpoints hold."""
     cfg = OmegaConf.create(
-        {"name": "yolox_s", "depth": 0.33, "width": 0.5, "depthwise": False, "num_classes": 3}
+        {
+            "name": "yolox_s",
+            "depth": 0.33,
+            "width": 0.5,
+            "depthwise": False,
+            "num_classes": 3,
+            "prior_prob": 0.01,
+        }
     )
     arch = architecture(cfg)
     assert (arch["backbone"], arch["neck"], arch["act"]) == ("cspdarknet", "pafpn", "silu")

@@ -86,3 +86,36 @@ def test_absent_tools_are_said_and_the_commands_printed(tmp_path, monkeypatch, c
     assert "converter_lite is not on PATH" in out
     assert deploy.main([str(folder), "--soc", "Ascend910B1", "--dry-run"]) == 0
     assert deploy.main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_the_chip_is_taken_as_npu_smi_names_it():
+    assert deploy.soc_version("910B1") == "Ascend910B1"
+    assert deploy.soc_version("310P3") == "Ascend310P3"
+    assert deploy.soc_version("Ascend910B1") == "Ascend910B1"
+    assert deploy.soc_version(" ascend310p3 ") == "ascend310p3"
+
+
+def test_an_export_with_nms_is_refused_for_ascend(tmp_path):
+    """NMSWithMask's kernels take [N, 8] boxes, MindSpore builds [N, 5]: the network alone
+    is what deploys, NMS on the host."""
+    folder, _ = export_folder(tmp_path, with_nms=True)
+    with pytest.raises(DeployError, match=r"\[N, 8\].*export.with_nms=false"):
+        plan(read_export(str(folder)), "om", "910B1")
+
+
+def test_the_om_atc_wrote_is_found_under_the_name_it_chose(tmp_path, monkeypatch, capsys):
+    """ATC appends the OS and architecture on some installs: <stem>_linux_aarch64.om."""
+    folder, model = export_folder(tmp_path)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    atc = tools / "atc"
+    atc.write_text(
+        "#!/bin/sh\nfor a; do case $a in --output=*) out=${a#--output=};; esac; done\n"
+        'touch "${out}_linux_aarch64.om"\n'
+    )
+    atc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    assert deploy.main([str(folder), "--soc", "910B1", "--target", "om"]) == 0
+    out = capsys.readouterr().out
+    assert "--soc_version=Ascend910B1" in out
+    assert f"wrote {str(model)[: -len('.onnx')]}_linux_aarch64.om" in out

@@ -1,0 +1,131 @@
+"""The chip check: every operator of every graph msdet runs on an Ascend chip, held against
+that chip's own CANN operator tables, on this CPU.
+
+    python -m msdet.engine.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
+        [--tables TABLES.json] [--json REPORT.json] [--no-values] [key=value ...]
+
+Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
+or ``runtime.precision_mode``), compiles the graphs msdet runs on it (:mod:`.graphs`) and
+lists their primitives from MindSpore's IR dump, maps each to the CANN operator that runs
+it and looks it up in the chip's tables (:mod:`.verdict`); where the chip runs a float32
+operator in float16, the inputs' largest magnitude in a few real training steps
+(:mod:`.values`) must fit float16. One table per chip is printed and a JSON report written;
+the exit status is 1 when any operator will not compile or overflows.
+
+What the tables cannot tell: kernel by kernel (jit level O0/O1, MindSpore's default on A2)
+most primitives run as aclnn kernels, whose dtype and chip support CANN documents per API,
+not in these tables (such rows carry an "aclnn" note); dtypes some AI Core operators decide
+in their ``op_select_format`` code are emulated from CANN's sources, not compiled; MindSpore
+branches that test the device at build time (``ms.amp.all_finite``) take the CPU branch
+here. Only a card shows what really compiles and how fast: ``python -m
+msdet.engine.tools.selftest`` on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+
+from msdet.common import logs
+from msdet.engine.tools.chip_check.verdict import (
+    DEFAULT_PRECISION,
+    FAILING,
+    format_chip,
+    judge,
+    load_mapping,
+    summarise,
+)
+
+log = logging.getLogger("chip_check")
+CHIPS = ("ascend910", "ascend910b", "ascend310p", "ascend310b")
+NOTE = (
+    "not told by the tables: aclnn kernels (kernel by kernel on A2) have their own dtype "
+    "support; op_select_format dtypes are emulated from CANN's sources; MindSpore code that "
+    "tests the device at build time took the CPU branch. A card's self-test shows the rest."
+)
+
+
+def run_check(
+    chips: tuple[str, ...],
+    overrides: list[str],
+    tables_path: str | None = None,
+    values: bool = True,
+    img: int = 128,
+) -> dict:
+    """The check's report: ``{"chips": {chip: {precision_mode, counts}}, "findings": [...],
+    "failures": n}``."""
+    from msdet.common.config import load_config
+    from msdet.engine.runtime.process import setup_runtime
+    from msdet.engine.tools.chip_check import values as value_ranges
+    from msdet.engine.tools.chip_check.cann_tables import load_tables
+    from msdet.engine.tools.chip_check.graphs import graph_rows
+
+    cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
+    rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
+    tables, mapping = load_tables(tables_path), load_mapping()
+    requested = str(cfg.runtime.precision_mode)
+    modes = {c: DEFAULT_PRECISION.get(c, "allow_fp32_to_fp16") if requested == "auto" else requested
+             for c in chips}  # fmt: skip
+    rows = {}
+    for chip in chips:
+        log.info("%s: compiling msdet's graphs on this CPU", chip)
+        rows[chip] = graph_rows(cfg, rt, chip, img=img)
+
+    def findings(largest=None):
+        out = []
+        for chip in chips:
+            guarded = ("nms",)  # msdet checks NMSWithMask on the device before relying on it
+            out += [
+                judge(r, chip, modes[chip], tables, mapping, largest, guarded) for r in rows[chip]
+            ]
+        return out
+
+    result = findings()
+    narrowed = sorted({f.prim for f in result if f.verdict == "aicore(fp16)"})
+    if values and narrowed:
+        log.info("measuring the inputs of %d primitives run in float16: %s", len(narrowed),
+                 ", ".join(narrowed))  # fmt: skip
+        result = findings(value_ranges.measure(narrowed))
+    counts = summarise(result)
+    return {
+        "tables": tables["_meta"],
+        "mapping": mapping["_meta"],
+        "chips": {c: {"precision_mode": modes[c], "counts": counts.get(c, {})} for c in chips},
+        "findings": [f.to_json() for f in result if f.verdict not in ("aicore", "nop")],
+        "failures": sum(1 for f in result if f.verdict in FAILING),
+        "note": NOTE,
+        "_findings": result,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m msdet.engine.tools.chip_check", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--chips", default=",".join(CHIPS))
+    parser.add_argument("--tables", help="tables derived from your CANN (cann_tables module)")
+    parser.add_argument("--json", default="chip_check.json", help="the report (JSON)")
+    parser.add_argument("--no-values", action="store_true", help="skip the value ranges")
+    parser.add_argument("--img", type=int, default=128, help="input size of the graphs built")
+    parser.add_argument("overrides", nargs="*", help="config settings, e.g. model=yolox_s")
+    args = parser.parse_args(argv)
+    logs.setup_logging()
+    chips = tuple(c.strip() for c in args.chips.split(",") if c.strip())
+    report = run_check(chips, args.overrides, args.tables, not args.no_values, args.img)
+    findings = report.pop("_findings")
+    for chip in chips:
+        print(format_chip(chip, report["chips"][chip]["precision_mode"], findings), end="\n\n")
+    print(NOTE)
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+    verdict = "fails" if report["failures"] else "passes"
+    print(f"chip check {verdict}: {report['failures']} operators will not compile or overflow "
+          f"(report: {args.json})")  # fmt: skip
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The graphs msdet runs on each Ascend chip, built on the CPU with msdet's own builders and
+listed by MindSpore's IR dump (:mod:`.ir`).
+
+- training chips (``ascend910``: the Atlas training series, ``ascend910b``: A2): the training
+  step as ``train.py`` builds it there (AMP at the level ``runtime.amp`` resolves to on
+  Ascend, dynamic loss scaling, the float-status register where the chip reads overflow
+  from it), the evaluation network (float32, as ``TrainingEvaluation`` builds it) and the
+  evaluation's NMS (on the device where the chip runs it, else only its candidate stage:
+  the suppression runs on the host);
+- inference chips (``ascend310p``, ``ascend310b``): the exported network as
+  ``engine.inference.deploy`` takes it to ATC (without NMS: CANN's NMSWithMask kernels
+  take [N, 8] boxes, which MindSpore does not build; NMS runs on the host).
+
+Every graph is built on MindSpore's operators (no msdet CPU kernel exists on a card), at a
+small input size: the operators and their dtypes do not depend on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from msdet.engine.tools.chip_check.verdict import Row
+
+TRAINING_CHIPS = ("ascend910", "ascend910b")
+INFERENCE_CHIPS = ("ascend310p", "ascend310b")
+# MindSpore's SoC answers per chip: (Atlas training series, A2 and later).
+SOC_ANSWERS = {
+    "ascend910": (True, False),
+    "ascend910b": (False, True),
+    "ascend910_93": (False, True),
+    "ascend310p": (False, False),
+    "ascend310b": (False, False),
+}
+NUM_CLASSES = 80
+
+
+def chip_runtime(rt: Any, chip: str, amp: str) -> Any:
+    """``rt`` (set up on this CPU) as msdet would set it up on ``chip``."""
+    from msdet.engine.runtime.device import chip_profile, resolve_amp
+    from msdet.ops.cpu_kernels import NATIVE
+
+    profile = chip_profile(chip, *SOC_ANSWERS[chip], None)
+    return dataclasses.replace(
+        rt,
+        device="Ascend",
+        amp_level=resolve_amp(amp, "Ascend"),
+        float_status=profile.float_status,
+        chip=chip,
+        host_nms=profile.host_nms,
+        nms_max_boxes=profile.nms_max_boxes,
+        kernels=NATIVE,
+    )
+
+
+def graph_rows(cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2) -> list[Row]:
+    """Every primitive of the graphs msdet runs on ``chip``, with input dtypes as compiled."""
+    import mindspore as ms
+
+    from msdet.engine.tools.chip_check.ir import list_primitives
+    from msdet.models.inference import InferenceNet, build_nms
+    from msdet.models.yolox import build_model
+
+    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp))
+    rows: list[Row] = []
+
+    def add(graph: str, cell, *inputs) -> None:
+        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs):
+            rows.append(Row(graph, prim, dtypes, shapes, count, scope))
+
+    images = ms.Tensor(np.zeros((batch, 3, img, img), np.float32))
+    if chip in TRAINING_CHIPS:
+        add("train", *training_step(cfg, chip_rt, img, batch))
+        eval_net = InferenceNet(build_model(cfg.model, NUM_CLASSES))
+        eval_net.set_train(False)
+        add("eval", eval_net, images)
+        nms = build_nms(cfg.eval, NUM_CLASSES, on_host=chip_rt.host_nms)
+        nms_cell = nms.candidates if chip_rt.host_nms else nms
+        anchors = sum((img // s) ** 2 for s in (8, 16, 32))
+        preds = ms.Tensor(np.zeros((batch, anchors, 5 + NUM_CLASSES), np.float32))
+        add("nms", nms_cell, preds)
+    else:
+        exported = InferenceNet(build_model(cfg.model, NUM_CLASSES))
+        exported.set_train(False)
+        add("export", exported, ms.Tensor(np.zeros((1, 3, img, img), np.float32)))
+    return rows
+
+
+def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
+    """train.py's training step for ``rt`` and a batch of its inputs (uint8 HWC images)."""
+    import mindspore as ms
+
+    from msdet.engine.runtime.amp import apply_amp
+    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.step import build_train_step
+    from msdet.models.loss import YOLOXLoss
+    from msdet.models.yolox import build_model
+
+    net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
+    loss = YOLOXLoss(NUM_CLASSES, assigner_rule=str(cfg.train.assigner.rule))
+    step = build_train_step(
+        net, loss, yolox_lr_schedule(0.01, 10, 1, 0, 0), cfg.train, rt,
+        skip_nonfinite=bool(cfg.runtime.check_finite),
+    )  # fmt: skip
+    rows = int(cfg.data.max_objects)
+    images = ms.Tensor(np.zeros((batch, img, img, 3), np.uint8))
+    targets = ms.Tensor(np.zeros((batch, rows, 5), np.float32))
+    mask = ms.Tensor(np.zeros((batch, rows), np.float32))
+    return step, images, targets, mask

@@ -1,0 +1,296 @@
+"""Where each primitive of a graph runs on a chip, by CANN's own tables: the verdicts of the
+chip check.
+
+A primitive (as MindSpore compiled it on CPU, with its input dtypes) is mapped to the CANN
+operator MindSpore's GE adapter emits for it (``data/ms_to_cann.json``: derived from
+MindSpore's adapter sources, ``mindspore/ccsrc/plugin/res_manager/ascend/op_adapter/
+op_declare/*.cc``, version 2.7; the 2.10 wheel's headers and generated Python confirm the
+names and which primitives run as aclnn kernels), then looked up in the chip's tables
+(:mod:`.cann_tables`) under that name and the names CANN's own graph passes turn it into
+(:data:`CANN_RENAMES`). Known requirements the tables do not carry (an input shape a kernel
+insists on) are :data:`CONSTRAINTS`, each with the CANN file that states it.
+
+Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(fp16)``
+(only a float16 kernel, and the precision mode casts: checked against the values measured
+on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
+``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
+``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
+``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from msdet.engine.tools.chip_check.cann_tables import DATA_DIR, check
+
+FLOAT16_MAX = 65504.0
+FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
+MAPPING = os.path.join(DATA_DIR, "ms_to_cann.json")
+# Reshape-type primitives: GE treats them as no-op nodes; kernel by kernel they get a
+# runtime kernel that launches nothing.
+NOP = {"Reshape", "ExpandDims", "Squeeze", "Flatten", "FlattenGrad", "Unsqueeze", "ReshapeExt"}
+# Graph plumbing: no kernel at all.
+PLUMBING = {"make_list", "MakeList", "MakeTuple", "TupleGetItem", "Depend", "UpdateState", "Load"}
+# Operator types CANN's graph passes (GE/FE fusion and constant-to-attribute passes, in
+# binaries) may turn a GE operator into before kernel selection: tried after the name itself.
+CANN_RENAMES = {
+    "TopK": ["TopKV2", "TopKD"],
+    "BatchNorm": ["BNTrainingReduce", "BNTrainingUpdate", "BNInfer"],
+    "BatchNormGrad": ["BNTrainingUpdateGrad", "BNTrainingReduceGrad", "BNInferGrad"],
+    "Conv2DBackpropFilter": ["Conv2DBackpropFilterD"],
+    "Conv2DBackpropInput": ["Conv2DBackpropInputD"],
+    "Concat": ["ConcatD", "ConcatV2D", "ConcatV2"],
+    "Tile": ["TileD"],
+    "StridedSlice": ["StridedSliceD"],
+    "ReduceSum": ["ReduceSumD"],
+    "ReduceMax": ["ReduceMaxD"],
+    "GatherV2": ["GatherV2D"],
+    "OneHot": ["OneHotD"],
+    "Fill": ["FillD"],
+    "SplitV": ["SplitVD"],
+    "BroadcastTo": ["BroadcastToD"],
+    "Pad": ["PadD"],
+    "ArgMaxWithValue": ["ArgMaxV2"],
+}
+# Requirements of CANN kernels that the operator tables do not state.
+CONSTRAINTS = {
+    "NMSWithMask": {
+        "input": 0,
+        "last_dim": 8,
+        "source": "CANN 8.1.RC1 opp/built-in/op_impl/ai_core/tbe/impl/nms_with_mask.py: "
+        '"the 2nd-dim of input boxes must be equal to 8"; MindSpore 2.10 builds [N, 5] '
+        "and has no pass that pads it",
+        "guard": "msdet runs NMSWithMask only after checking it on the device against the "
+        "host NMS (engine.runtime.device.device_nms_problem), else NMS runs on the host",
+    },
+}
+# Precision modes under which the AI Core may run a float32 operator in float16 when it has
+# no float32 kernel (force_fp16: whenever it has a float16 one).
+NARROWING_MODES = ("allow_fp32_to_fp16", "allow_mix_precision", "allow_mix_precision_fp16",
+                   "force_fp16")  # fmt: skip
+# MindSpore's own precision default per chip when none is set: keep dtype on A2 and later,
+# allow_fp32_to_fp16 elsewhere (mindspore/ccsrc .../transform/acl_ir/op_api_util.cc).
+DEFAULT_PRECISION = {
+    "ascend910": "allow_fp32_to_fp16",
+    "ascend910b": "must_keep_origin_dtype",
+    "ascend910_93": "must_keep_origin_dtype",
+    "ascend310p": "allow_fp32_to_fp16",
+    "ascend310b": "must_keep_origin_dtype",
+}
+FAILING = ("none", "overflows")
+
+
+@dataclass
+class Row:
+    """One primitive of a graph with its input dtypes (and shapes), as compiled."""
+
+    graph: str
+    prim: str
+    dtypes: list[str]
+    shapes: list[Any]
+    count: int
+    scope: str = ""
+
+
+@dataclass
+class Finding:
+    """The verdict on a :class:`Row` for one chip."""
+
+    chip: str
+    graph: str
+    prim: str
+    dtypes: list[str]
+    count: int
+    cann_op: str
+    verdict: str
+    reason: str
+    scope: str = ""
+    largest: float | None = None  # of its inputs, measured on CPU (narrowed rows)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def load_mapping(path: str | None = None) -> dict:
+    """The MindSpore primitive -> CANN operator mapping (and its sources)."""
+    with open(path or MAPPING, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def cann_ops_needed(mapping: dict | None = None) -> list[str]:
+    """Every CANN operator the mapping can lead to, renames included (what the bundled
+    tables must hold)."""
+    ops = set()
+    for entry in (mapping or load_mapping())["map"].values():
+        names = [entry.get("cann_op"), entry.get("cann_op_infer")]
+        names += list(entry.get("ge_fallback_expands_to") or [])
+        for name in filter(None, names):
+            ops |= {name, *CANN_RENAMES.get(name, [])}
+    return sorted(ops)
+
+
+def tensor_dtype(ir_type: str | None) -> str | None:
+    """The dtype of a tensor input as :mod:`.ir` writes it (``float32``, ``tuple[float16*3]``);
+    None for scalars, None and monads."""
+    if ir_type is None:
+        return None
+    m = re.fullmatch(r"(?:tuple|list)\[(\w+)(?:\*\d+)?(?:,.*)?\]", ir_type)
+    if m and not m.group(1).startswith("scalar"):
+        return m.group(1)
+    if ir_type.startswith(("scalar:", "tuple", "list", "none")):
+        return None
+    return ir_type
+
+
+def _aligned(aicore: dict, ge_map: dict | None, dtypes: list[str]) -> list[str | None]:
+    """The row's dtypes in the order of the CANN operator's inputs (matched by name through
+    the adapter's input map; None where unknown)."""
+    names = aicore.get("inputs", []) if aicore else []
+    want: list[str | None] = [None] * len(names)
+    placed = False
+    for key in ("inputs", "dyn_inputs"):
+        for ms_index, ge_name in ((ge_map or {}).get(key) or {}).items():
+            k = int(ms_index) - 1
+            if ge_name in names and 0 <= k < len(dtypes):
+                want[names.index(ge_name)] = tensor_dtype(dtypes[k])
+                placed = True
+    if not placed and names:
+        want[0] = next((tensor_dtype(d) for d in dtypes if tensor_dtype(d)), None)
+    return want
+
+
+def judge(
+    row: Row,
+    chip: str,
+    precision_mode: str,
+    tables: dict,
+    mapping: dict,
+    largest: dict[str, float] | None = None,
+    guarded: tuple[str, ...] = (),
+) -> Finding:
+    """The verdict on ``row`` for ``chip`` under ``precision_mode``. ``largest``: the
+    largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
+    graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them."""
+    entry = mapping["map"].get(row.prim, {})
+    cann = entry.get("cann_op") or "+".join(entry.get("ge_fallback_expands_to") or [])
+    finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, cann or "-", "", "",
+                      row.scope)  # fmt: skip
+    if entry.get("aclnn_dispatch_2_10_wheel"):
+        finding.notes.append(f"kernel by kernel: aclnn ({entry.get('aclnn_kernel') or 'aclnn'})")
+    if row.prim in NOP or entry.get("kbk_nop"):
+        finding.verdict, finding.reason = "nop", "a reshape: no kernel"
+        return finding
+    if row.prim.startswith("Custom:"):
+        finding.verdict = "none"
+        finding.reason = (
+            "msdet's compiled CPU kernel: build the graph with runtime.cpu_kernels=native"
+        )
+        return finding
+    ops = (
+        [entry["cann_op"]]
+        if entry.get("cann_op")
+        else list(entry.get("ge_fallback_expands_to") or [])
+    )
+    if not ops:
+        finding.verdict = "unknown"
+        finding.reason = (
+            "no GE adapter in the mapping's MindSpore sources: GE mode (jit level O2) may not "
+            "compile it; kernel by kernel it runs as aclnn"
+        )
+        return finding
+    narrowing = precision_mode in NARROWING_MODES
+    verdicts = []
+    for op in ops:
+        best = None
+        for name in [op, *CANN_RENAMES.get(op, [])]:
+            per_chip = (tables.get(name) or {}).get(chip)
+            if per_chip is None:
+                continue
+            want = _aligned(per_chip.get("aicore"), entry.get("ge_input_map"), row.dtypes)
+            status, why = check(per_chip, want, allow_fp32_to_fp16=narrowing)
+            if best is None or status.startswith("aicore") and not best[0].startswith("aicore"):
+                best = (status, why, name)
+            if status == "aicore":
+                break
+        verdicts.append(best or ("unknown", "not in the tables bundled for the check", op))
+    status, why, name = min(verdicts, key=lambda v: _RANK.get(v[0].rstrip("?"), 9))
+    finding.cann_op = name if len(ops) == 1 else "+".join(v[2] for v in verdicts)
+    finding.verdict = {
+        "aicore?": "unknown",
+        "aicpu?": "aicpu",
+        "host?": "aicpu",
+        "host": "aicpu",
+    }.get(status, status)
+    finding.reason = why
+    constraint = CONSTRAINTS.get(name) or CONSTRAINTS.get(op)
+    if constraint and finding.verdict not in ("none",):
+        shape = row.shapes[constraint["input"]] if len(row.shapes) > constraint["input"] else None
+        if isinstance(shape, list) and shape and shape[-1] != constraint["last_dim"]:
+            guard = row.graph in guarded
+            finding.verdict = "guarded" if guard else "none"
+            finding.reason = (
+                f"input {shape} where CANN's kernel takes [N, {constraint['last_dim']}] "
+                f"({constraint['source']})" + (f"; {constraint['guard']}" if guard else "")
+            )
+    if finding.verdict == "aicore(fp16)" and largest is not None and row.prim in largest:
+        finding.largest = float(largest[row.prim])
+        if finding.largest > FLOAT16_MAX:
+            finding.verdict = "overflows"
+            finding.reason = (
+                f"runs in float16 under {precision_mode} and its inputs reach "
+                f"{finding.largest:.4g} on CPU, beyond float16's {FLOAT16_MAX:.0f}"
+            )
+    return finding
+
+
+_RANK = {"none": 0, "overflows": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
+         "unknown": 4}  # fmt: skip
+
+
+def summarise(findings: list[Finding]) -> dict[str, dict[str, int]]:
+    """Verdict counts per chip."""
+    out: dict[str, dict[str, int]] = {}
+    for f in findings:
+        out.setdefault(f.chip, {}).setdefault(f.verdict, 0)
+        out[f.chip][f.verdict] += 1
+    return out
+
+
+def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
+    """One chip's table: every primitive that does not plainly run on the AI Core (rows of
+    the same primitive, dtypes and verdict merged, their counts summed), then a count of
+    those that do."""
+    rows = [f for f in findings if f.chip == chip]
+    plain = sum(f.count for f in rows if f.verdict in ("aicore", "nop"))
+    merged: dict[tuple, list] = {}
+    for f in rows:
+        if f.verdict in ("aicore", "nop"):
+            continue
+        dtypes = ",".join(d for d in (tensor_dtype(t) for t in f.dtypes) if d) or "-"
+        key = (f.graph, f.prim, dtypes, f.cann_op, f.verdict, f.reason)
+        entry = merged.setdefault(key, [0, None, f.scope])
+        entry[0] += f.count
+        if f.largest is not None:
+            entry[1] = max(entry[1] or 0.0, f.largest)
+    order = {
+        v: i
+        for i, v in enumerate(("none", "overflows", "guarded", "aicpu", "aicore(fp16)", "unknown"))
+    }
+    lines = [f"== {chip} (precision mode {precision_mode}) ==",
+             f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
+    for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
+        graph, prim, dtypes, cann, verdict, reason = key
+        count, largest, scope = merged[key]
+        extra = f" (inputs up to {largest:.4g})" if largest is not None else ""
+        lines.append(
+            f"{graph:7s} {prim:22s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
+        )
+        lines.append(f"{'':10s}{reason}" + (f" [{scope}]" if verdict in FAILING and scope else ""))
+    lines.append(f"and {plain} primitives on AI Core kernels or reshapes")
+    return "\n".join(lines)
