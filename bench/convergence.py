@@ -30,11 +30,10 @@ import subprocess
 import sys
 from typing import Any
 
-from msdet.bench.common import CONFIG_DIR, machine, print_header, print_result
-from msdet.common.config import load_config
+from msdet.bench.common import machine, print_header, print_result
+from msdet.common.config import ROOT, load_config
 from msdet.engine.training.run_record import read_results
 
-ROOT = os.path.dirname(CONFIG_DIR)
 RECORD = os.path.join(ROOT, "bench", "results", "convergence.jsonl")
 SIDES = ("pytorch", "msdet")
 
