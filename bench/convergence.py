@@ -70,7 +70,7 @@ def run_msdet(args, out: str, seed: int) -> dict:
 
 def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
     """The original's training loop (``bench.torch_train``) with the same settings."""
-    run_dir = os.path.join(out, f"pytorch-e{args.epochs}-s{seed}")
+    run_dir = os.path.join(out, f"{side_name(args)}-e{args.epochs}-s{seed}")
     os.makedirs(run_dir, exist_ok=True)
     t = cfg.train
     call = (
@@ -79,11 +79,16 @@ def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
         f"batch={args.batch}, epochs={args.epochs}, warmup_epochs={int(t.warmup_epochs)}, "
         f"no_aug_epochs={int(t.no_aug_epochs)}, lr_per_img={float(t.lr_per_img)}, "
         f"aug={dict(cfg.data.aug)!r}, time_limit_min={args.minutes or 1e9}, "
-        f"multiscale_range={args.multiscale}, seed={seed})"
+        f"multiscale_range={args.multiscale}, seed={seed}, data_stream={args.data_stream!r})"
     )
     subprocess.run([sys.executable, "-c", call], cwd=ROOT, check=True)
     with open(os.path.join(run_dir, "pytorch_result.json"), encoding="utf-8") as f:
         return json.load(f)
+
+
+def side_name(args) -> str:
+    """"pytorch", or "pytorch+msdet-data" when the original trains on msdet's data stream."""
+    return "pytorch" if args.data_stream == "yolox" else "pytorch+msdet-data"
 
 
 def record_entry(side: str, seed: int, args, result: dict) -> dict[str, Any]:
@@ -210,6 +215,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="a train.* or data.aug.* override for both sides, e.g. train.lr_per_img=0.00125",
     )
     parser.add_argument("--only", choices=SIDES, default=None, help="run one side")
+    parser.add_argument(
+        "--data-stream",
+        choices=("yolox", "msdet"),
+        default="yolox",
+        help="the original's data: YOLOX's own dataset, or msdet's stream for the same seed",
+    )
     parser.add_argument("--report", action="store_true", help="only print the record's table")
     args = parser.parse_args(argv)
     if args.report:
@@ -241,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
                 result = run_pytorch(args, out, seed, root, cfg)
             else:
                 result = run_msdet(args, out, seed)
-            entry = record_entry(side, seed, args, result)
+            entry = record_entry(side_name(args) if side == "pytorch" else side, seed, args, result)
             append_record(args.record, entry)
             print(
                 f"{side} seed {seed}: mAP {entry['mAP']:.4f} mAP50 {entry['mAP50']:.4f} "

@@ -36,8 +36,13 @@ def train_original(
     time_limit_min: float = 12.0,
     seed: int = 0,
     multiscale_range: int = 0,
+    data_stream: str = "yolox",
 ) -> dict[str, Any]:
-    """Train and evaluate; returns {"history": [...per epoch...], "metrics": {...}}."""
+    """Train and evaluate; returns {"history": [...per epoch...], "metrics": {...}}.
+
+    ``data_stream="msdet"``: the batches msdet's own pipeline draws for ``seed`` (its
+    sampler and ``TrainSamples``) instead of YOLOX's dataset: the original's model, loss and
+    optimizer on msdet's data, to tell a difference in the data from one in the training."""
     import_yolox()
     import random
 
@@ -92,13 +97,21 @@ def train_original(
     )
     ema = ModelEMA(net, 0.9998)
     history, start, it = [], time.time(), 0
+    msdet_stream = (
+        _msdet_batches(root, img, batch, aug, seed, epochs, no_aug_epochs)
+        if data_stream == "msdet"
+        else None
+    )
     for epoch in range(epochs):
         if epoch + 1 == epochs - no_aug_epochs:  # as YOLOX's Trainer.before_epoch
             dataset.enable_mosaic = False  # YOLOX's close_mosaic + L1 on
             net.head.use_l1 = True
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch, shuffle=True, num_workers=1, drop_last=True
-        )
+        if msdet_stream is not None:
+            loader = msdet_stream(epoch)
+        else:
+            loader = torch.utils.data.DataLoader(
+                dataset, batch_size=batch, shuffle=True, num_workers=1, drop_last=True
+            )
         sums, t0 = {"total": 0.0, "iou": 0.0, "obj": 0.0, "cls": 0.0, "l1": 0.0}, time.time()
         for images, targets, _, _ in loader:
             images, targets = images.float(), targets.float()
@@ -142,6 +155,31 @@ def train_original(
     with open(os.path.join(out_dir, "pytorch_result.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def _msdet_batches(root, img, batch, aug, seed, epochs, no_aug_epochs):
+    """``epoch -> batches`` of msdet's training stream as YOLOX's loop takes them: images
+    float32 [B, 3, H, W] (BGR 0-255) and targets [B, rows, 5] (class, cx, cy, w, h; zero
+    rows are padding), from msdet's sampler and ``TrainSamples`` for ``seed``."""
+    import torch
+
+    from msdet.data.coco import CocoSource
+    from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples
+
+    source = CocoSource(root, "annotations/instances_train.json", "train")
+    samples = TrainSamples(source, (img, img), 120, AugmentParams.from_config(aug), seed,
+                           epochs, no_aug_epochs)  # fmt: skip
+    sampler = EpochSampler(len(source), seed, 0, 0, 1, shuffle=True)
+
+    def batches(epoch):
+        order = sampler.epoch_indices(epoch)
+        for first in range(0, len(order) - batch + 1, batch):
+            items = [samples[epoch * len(source) + int(i)] for i in order[first : first + batch]]
+            images = np.stack([x[0] for x in items]).transpose(0, 3, 1, 2).astype(np.float32)
+            targets = np.stack([x[1] for x in items])
+            yield torch.from_numpy(images), torch.from_numpy(targets), None, None
+
+    return batches
 
 
 def _multiscale_exp(img: int, multiscale_range: int):
