@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,15 +93,14 @@ def claim_run_folder(run_cfg: Any, command: str, lock: bool = True) -> RunFolder
     return folder
 
 
-def latest_run(parent: str, marker: str = "checkpoints") -> str | None:
-    """The most recently modified folder under ``parent`` that holds ``marker`` (resume=auto
-    without a named run takes the latest), or None."""
+def latest_run(parent: str, holds: Callable[[str], bool]) -> str | None:
+    """The most recently modified folder under ``parent`` for which ``holds(folder)`` is
+    true (resume=auto without a named run takes the latest run it can resume), or None."""
     try:
         names = os.listdir(parent)
     except OSError:
         return None
-    found = [os.path.join(parent, n) for n in names
-             if os.path.exists(os.path.join(parent, n, marker))]  # fmt: skip
+    found = [p for n in names if os.path.isdir(p := os.path.join(parent, n)) and holds(p)]
     return max(found, key=os.path.getmtime) if found else None
 
 

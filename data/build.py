@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
 from msdet.data.coco import CocoSource
+from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
+
+log = logging.getLogger(__name__)
 
 
 def dataset_root(data_cfg: Any) -> str:
@@ -60,13 +64,63 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             f"train and val have different categories: {train.ann_file} has ids "
             f"{train.category_ids}, {val.ann_file} has {val.category_ids}"
         )
+    if train.class_names != val.class_names:
+        differ = [
+            f"id {c}: {a!r} / {b!r}"
+            for c, a, b in zip(train.category_ids, train.class_names, val.class_names)
+            if a != b
+        ]
+        log.warning(
+            "train and val name their categories differently (%s): checkpoints carry the "
+            "train names, evaluation reports the val names",
+            ", ".join(differ),
+        )
+    check_images_present(train, "data.train.img_dir")
+    check_images_present(val, "data.val.img_dir")
     return train, val
 
 
 def build_val_source(data_cfg: Any) -> CocoSource:
     """The val source of ``data_cfg`` alone (eval.py needs no train split)."""
     root = dataset_root(data_cfg)
-    return CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+    val = CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+    check_images_present(val, "data.val.img_dir")
+    return val
+
+
+def check_images_present(source: CocoSource, key: str, probe: int = 8) -> None:
+    """Refuse a split none of whose images can be read (a wrong ``img_dir``, another image
+    format), naming the folder and the first file, before any step runs; warn with a count
+    when only some are missing. Existence is checked for every file, decoding for the first
+    ``probe`` present ones."""
+    paths = [source.image_path(i) for i in range(len(source))]
+    present = [p for p in paths if os.path.isfile(p)]
+    if paths and not present:
+        raise FileNotFoundError(
+            f"none of the {len(paths)} images of {source.ann_file} is in {source.img_dir} "
+            f"(the first: {paths[0]}): check {key} (and data.root)"
+        )
+    if len(present) < len(paths):
+        log.warning(
+            "%d of %d images of %s are missing from %s (e.g. %s): they are skipped",
+            len(paths) - len(present),
+            len(paths),
+            source.ann_file,
+            source.img_dir,
+            next(p for p in paths if not os.path.isfile(p)),
+        )
+    errors = []
+    for path in present[:probe]:
+        try:
+            read_image(path)
+            return
+        except ImageReadError as err:
+            errors.append(str(err))
+    if errors:
+        raise ImageReadError(
+            f"the first {len(errors)} images in {source.img_dir} cannot be decoded ({errors[0]}): "
+            f"check {key} and the files"
+        )
 
 
 def dataset_classes(data_cfg: Any) -> tuple[list[str], list[int]]:

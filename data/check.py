@@ -1,19 +1,19 @@
 """Check a COCO-format dataset before training on it.
 
-    python -m data.check data=coco data.root=/data/coco [--out DIR] [--splits train val]
+    python -m msdet.data.check data=coco data.root=/data/coco [--out DIR] [--splits train val]
 
 Trailing arguments are Hydra overrides of ``configs/config.yaml`` (``data=...``,
 ``data.root=...``, ``data.img_size=...``), as for training. Every image is decoded; the
 report lists unreadable images, boxes outside the image or of zero area, unknown category
-ids, malformed annotations, duplicate image ids and file names, images without boxes,
+ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
 letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
 as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) into ``--out``
 (default ``outputs/data_check``).
 
 Only what training cannot get past is an error (a missing or unreadable annotation file,
-no images, no categories, broken image or category entries, train and val with different
-categories, no readable image): structural ones raise before any image is decoded, and
+no images, no categories, broken image or category entries, duplicate image ids, train
+and val with different categories, no readable image): structural ones raise before any image is decoded, and
 the command exits with status 1 when the report holds an error. Everything else is a
 warning: training skips, clips or replaces those items, which is what you want to know
 about. :func:`summarise_annotations` is the light version for the start of training
@@ -64,7 +64,6 @@ DEFAULT_OUT = "outputs/data_check"
 PROBLEMS = {
     "unreadable_image": "images that cannot be decoded (training replaces them with others)",
     "size_mismatch": "images whose pixels differ from the annotated width/height (boxes are rescaled)",
-    "duplicate_image_id": "image entries repeating an earlier id (their annotations merge)",
     "duplicate_file_name": "image entries repeating an earlier file name",
     "malformed_annotation": "annotations training skips: no integer id, unknown image id, bad bbox",
     "unknown_category_id": "annotations whose category_id is not in 'categories' (skipped)",
@@ -110,16 +109,18 @@ def _read_json(ann_file: str) -> dict[str, Any]:
     return dataset
 
 
-def _check_entries(dataset: dict[str, Any], problems: dict[str, Problem]) -> list[dict]:
-    """Duplicate ids and file names, bad annotations; returns the distinct image files."""
+def _check_entries(
+    dataset: dict[str, Any], problems: dict[str, Problem], ann_file: str
+) -> list[dict]:
+    """Duplicate file names, bad annotations; returns the distinct image files. Duplicate
+    image ids are an error (:class:`DatasetError`, listing the first ones)."""
     seen_ids: dict[int, str] = {}
     seen_files: dict[str, int] = {}
     files = []
+    duplicates = Problem()
     for img in dataset["images"]:
         if img["id"] in seen_ids:
-            problems["duplicate_image_id"].add(
-                f"id {img['id']}: {seen_ids[img['id']]!r} and {img['file_name']!r}"
-            )
+            duplicates.add(f"id {img['id']}: {seen_ids[img['id']]!r} and {img['file_name']!r}")
         else:
             seen_ids[img["id"]] = img["file_name"]
         if img["file_name"] in seen_files:
@@ -129,6 +130,11 @@ def _check_entries(dataset: dict[str, Any], problems: dict[str, Problem]) -> lis
         else:
             seen_files[img["file_name"]] = img["id"]
             files.append(img)
+    if duplicates.count:
+        raise DatasetError(
+            f"{ann_file}: {duplicates.count} image entries reuse an earlier image's id "
+            f"({'; '.join(duplicates.examples)}): give every image its own id"
+        )
     size_of = {}
     for img in dataset["images"]:
         size_of.setdefault(img["id"], (img["width"], img["height"], img["file_name"]))
@@ -244,7 +250,7 @@ def check_split(
     if not os.path.isdir(img_path):
         raise FileNotFoundError(f"image folder not found: {img_path}")
     problems = {key: Problem() for key in PROBLEMS}
-    files = _check_entries(dataset, problems)
+    files = _check_entries(dataset, problems, ann_path)
     counts = {"images": len(dataset["images"]), "annotations": len(dataset["annotations"])}
     del dataset  # COCO train's json is large; CocoSource reads its own copy
 

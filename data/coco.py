@@ -15,6 +15,7 @@ import math
 import os
 from typing import Any
 
+import cv2
 import numpy as np
 from pycocotools.coco import COCO
 
@@ -51,6 +52,7 @@ class CocoSource:
             except json.JSONDecodeError as err:
                 raise ValueError(f"{self.ann_file} is not valid json: {err}") from err
         _check_top_level(dataset, self.ann_file)
+        _check_unique_ids(dataset, self.ann_file)
         dataset["annotations"] = _drop_malformed_annotations(dataset, self.ann_file)
 
         self.coco = COCO()
@@ -66,7 +68,9 @@ class CocoSource:
         self._targets = [self._targets_of(img_id) for img_id in self.image_ids]
         # Shared with data workers: the engine reports how many images were replaced.
         self.unreadable = UnreadableImageStats()
-        self._size_warned: set[int] = set()
+        self._size_warned = False
+        self._mismatches: list[tuple[int, tuple[int, int], tuple[int, int]]] | None = None
+        self.size_mismatches_reported = False  # evaluation's one warning about them
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -102,7 +106,8 @@ class CocoSource:
         return len(self._targets[i][1]) > 0
 
     def load(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Image ``i`` as uint8 BGR [H, W, 3] with its boxes and labels.
+        """Image ``i`` as uint8 BGR [H, W, 3] with its boxes and labels, the boxes scaled to
+        the pixels when the image is not the size its annotation says (training's rule).
 
         Raises :class:`data.image_io.ImageReadError` naming the file when the image is
         missing, truncated or undecodable.
@@ -112,20 +117,50 @@ class CocoSource:
         info = self.coco.imgs[self.image_ids[i]]
         h, w = img.shape[:2]
         if (h, w) != (info["height"], info["width"]):
-            if info["id"] not in self._size_warned:
-                self._size_warned.add(info["id"])
+            if not self._size_warned:  # once per process: data.check counts them all
+                self._size_warned = True
                 log.warning(
-                    "%s is %dx%d but annotated as %dx%d; scaling its boxes to the pixels",
+                    "%s is %dx%d but annotated as %dx%d; its boxes are scaled to the pixels "
+                    "(so are those of any other such image; python -m msdet.data.check "
+                    "lists them)",
                     self.image_path(i),
                     w,
                     h,
                     info["width"],
                     info["height"],
                 )
-            # Boxes are in the annotated size; keep them aligned with the pixels we have.
             sx, sy = w / info["width"], h / info["height"]
             boxes = boxes * np.array([sx, sy, sx, sy], dtype=np.float32)
         return img, boxes, labels
+
+    def load_as_annotated(self, i: int) -> np.ndarray:
+        """Image ``i`` at the size its annotation says (resized when the pixels differ):
+        evaluation's rule, so that predictions are scored in the annotation's coordinates,
+        the mirror of :meth:`load` scaling the boxes to the pixels."""
+        img = read_image(self.image_path(i))
+        info = self.coco.imgs[self.image_ids[i]]
+        if img.shape[:2] != (info["height"], info["width"]):
+            img = cv2.resize(img, (info["width"], info["height"]), interpolation=cv2.INTER_LINEAR)
+        return img
+
+    def size_mismatches(self) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
+        """``(position, (w, h) of the pixels, (w, h) annotated)`` of every image whose file
+        is not the size its annotation says, from the files' headers (read once)."""
+        if self._mismatches is None:
+            from PIL import Image  # matplotlib's own dependency: headers without decoding
+
+            found = []
+            for i, img_id in enumerate(self.image_ids):
+                info = self.coco.imgs[img_id]
+                try:
+                    with Image.open(self.image_path(i)) as im:
+                        size = tuple(im.size)
+                except OSError:
+                    continue  # unreadable: reported where it is read
+                if size != (info["width"], info["height"]):
+                    found.append((i, size, (info["width"], info["height"])))
+            self._mismatches = found
+        return self._mismatches
 
     def _targets_of(self, img_id: int) -> tuple[np.ndarray, np.ndarray]:
         info = self.coco.imgs[img_id]
@@ -171,6 +206,30 @@ def _check_top_level(dataset: Any, ann_file: str) -> None:
                 f"{ann_file}: image entry needs integer 'id', 'width', 'height' > 0 and a "
                 f"'file_name': {img}"
             )
+
+
+def _check_unique_ids(dataset: dict, ann_file: str) -> None:
+    """Refuse a file whose ids repeat: pycocotools would silently keep one of the two."""
+    seen: dict[int, str] = {}
+    for img in dataset["images"]:
+        # Two files under one id (two exports concatenated): one file would get both
+        # files' boxes.
+        if img["id"] in seen:
+            raise ValueError(
+                f"{ann_file}: image id {img['id']} is used by two images, {seen[img['id']]} "
+                f"and {img['file_name']}: give every image its own id (python -m "
+                "msdet.data.check lists them)"
+            )
+        seen[img["id"]] = img["file_name"]
+    ann_ids: set = set()
+    for ann in dataset["annotations"]:
+        ann_id = ann.get("id") if isinstance(ann, dict) else None
+        if isinstance(ann_id, int) and ann_id in ann_ids:
+            raise ValueError(
+                f"{ann_file}: annotation id {ann_id} is used twice (COCO evaluation would read "
+                "one box twice and lose the other): give every annotation its own id"
+            )
+        ann_ids.add(ann_id)
 
 
 def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:

@@ -99,6 +99,10 @@ def _image_files(images_dir: str) -> list[str]:
     return sorted(found)
 
 
+# Rounding in labelling tools puts values a hair past 0 or 1; anything more is not a fraction.
+FRACTION_SLACK = 1e-6
+
+
 def _read_yolo_labels(
     path: str, num_classes: int, width: int, height: int
 ) -> list[tuple[int, list[float]]]:
@@ -124,6 +128,12 @@ def _read_yolo_labels(
                 raise ConversionError(f"{where}: class {cls} outside 0..{num_classes - 1}")
             if not all(math.isfinite(v) for v in (cx, cy, w, h)) or w < 0 or h < 0:
                 raise ConversionError(f"{where}: invalid box {fields[1:]}")
+            if not all(-FRACTION_SLACK <= v <= 1 + FRACTION_SLACK for v in (cx, cy, w, h)):
+                raise ConversionError(
+                    f"{where}: box {' '.join(fields[1:])} is outside 0..1: YOLO labels give the "
+                    "centre and size as fractions of the image's width and height (these look "
+                    "like pixels)"
+                )
             x1 = min(max((cx - w / 2) * width, 0.0), width)
             y1 = min(max((cy - h / 2) * height, 0.0), height)
             x2 = min(max((cx + w / 2) * width, 0.0), width)

@@ -328,7 +328,7 @@ class EvalSamples:
         i = int(self.positions[int(j)])
         if i >= 0:
             try:
-                img, _, _ = self.source.load(i)
+                img = self.source.load_as_annotated(i)
             except ImageReadError as err:
                 log.warning(
                     "%s; it is evaluated as an image without detections (its ground truth "
@@ -346,6 +346,29 @@ class EvalSamples:
                 return _to_chw(img), np.array(i, np.int32), np.array(ratio, np.float32)
         blank = np.full((*self.img_size, 3), PAD_VALUE, dtype=np.uint8)
         return _to_chw(blank), np.array(-1, np.int32), np.array(1.0, np.float32)
+
+
+def warn_size_mismatches(source: CocoSource) -> None:
+    """One warning (once per source) counting the images that are not the size their
+    annotation says: evaluation resizes them to it (:meth:`CocoSource.load_as_annotated`)."""
+    found = source.size_mismatches()
+    if not found or source.size_mismatches_reported:
+        return
+    source.size_mismatches_reported = True
+    i, (w, h), (aw, ah) = found[0]
+    log.warning(
+        "%d of %d images in %s are not the size their annotation says (the first: %s, "
+        "%dx%d pixels, annotated %dx%d): evaluated resized to the annotated size, as "
+        "training scales their boxes to the pixels",
+        len(found),
+        len(source),
+        source.img_dir,
+        source.image_info(i)["file_name"],
+        w,
+        h,
+        aw,
+        ah,
+    )
 
 
 def unreadable_index(position: int) -> int:
@@ -466,6 +489,7 @@ def build_eval_dataset(
     """
     size = check_data_config(data_cfg, img_size)
     positions = eval_positions(len(source), batch_size, rank, world_size)
+    warn_size_mismatches(source)
     dataset = ds.GeneratorDataset(
         EvalSamples(source, size, positions),
         column_names=list(EVAL_COLUMNS),

@@ -13,20 +13,23 @@ eval.py/predict.py/export.py read the same file (EMA weights preferred).
 Writes survive a kill and a full disk: every file is written under a temporary name and
 renamed; ``best.ckpt`` and the epoch file are written before ``last.ckpt``, so ``last.ckpt``
 never names a best mAP whose ``best.ckpt`` is missing; a failed write removes its partial
-file, raises :class:`CheckpointError` and leaves the earlier files as they were.
+files (msdet's and MindSpore's own), raises :class:`CheckpointError` saying how much space a
+checkpoint needs, and leaves the earlier files as they were.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import re
+import shutil
 from dataclasses import dataclass
 
 import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from msdet.engine.training.checkpoint_files import BEST, LAST, PARTIAL, epoch_files
 from msdet.engine.training.ema import EMA_BUFFER, ModelEMA
 from msdet.engine.training.step import ACCUMULATE_PREFIX
 from msdet.engine.training.step_stats import NOT_SAVED
@@ -38,10 +41,6 @@ META_EPOCH = "msdet_epoch"
 META_BEST = "msdet_best_map"
 META_BAD_EVALS = "msdet_bad_evals"
 META_STEPS_PER_EPOCH = "msdet_steps_per_epoch"  # optimizer steps per epoch of the run that saved
-LAST = "last.ckpt"
-BEST = "best.ckpt"
-PARTIAL = ".partial.ckpt"
-EPOCH_FILE = re.compile(r"^epoch_(\d+)\.ckpt$")
 # Derived from the config, never restored: the per-step LR list becomes a Parameter of
 # length total_steps (nn/optim/optimizer.py), whose shape changes with the epoch count.
 SCHEDULE_PARAMS = ("learning_rate",)
@@ -96,12 +95,31 @@ def save_atomic(cell: nn.Cell, path: str, extra: dict) -> None:
         )
         os.replace(tmp, path)
     except (OSError, RuntimeError, ValueError) as err:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for partial in (tmp, tmp[: -len(".ckpt")] + ".tmp"):  # MindSpore writes <name>.tmp first
+            if os.path.exists(partial):
+                os.remove(partial)
         raise CheckpointError(
-            f"could not write {path} ({type(err).__name__}: {err}); the checkpoints written "
-            "before it are intact"
+            f"could not write {path} ({type(err).__name__}: {err}){_space_note(cell, path, err)}; "
+            "the checkpoints written before it are intact"
         ) from err
+
+
+def _space_note(cell: nn.Cell, path: str, err: BaseException) -> str:
+    """For a full disk: what one checkpoint needs and what is free where it goes."""
+    text = str(err).lower()
+    full = (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+    if not (full or "no space" in text or "disk full" in text or "quota" in text):
+        return ""
+    need = sum(int(p.data.nbytes) for p in cell.get_parameters() if not not_saved(p.name))
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        return f": a checkpoint needs about {need / 2**20:.1f} MiB"
+    return (
+        f": a checkpoint needs about {need / 2**20:.1f} MiB and {free / 2**20:.0f} MiB are free "
+        "there (a run keeps last, best and train.keep_last epoch files: free that many times "
+        "a checkpoint's size)"
+    )
 
 
 class CheckpointManager:
@@ -135,55 +153,13 @@ class CheckpointManager:
         return written
 
 
-def epoch_files(directory: str) -> list[str]:
-    """``epoch_N.ckpt`` files in ``directory``, oldest epoch first (no partial files)."""
-    found = [
-        (int(m.group(1)), os.path.join(directory, name))
-        for name in os.listdir(directory) if (m := EPOCH_FILE.match(name))
-    ] if os.path.isdir(directory) else []  # fmt: skip
-    return [path for _, path in sorted(found)]
-
-
-def find_resume_checkpoint(resume: str, run_dir: str) -> str:
-    """The checkpoint ``train.resume`` points at: ``auto`` is this run folder's
-    ``checkpoints/last.ckpt`` (rerun with the same ``run.dir``), anything else a path."""
-    if resume != "auto":
-        if not os.path.isfile(resume):
-            raise CheckpointError(f"train.resume: checkpoint not found: {resume}")
-        return resume
-    own = os.path.join(run_dir, "checkpoints", LAST)
-    if not os.path.isfile(own):
-        raise CheckpointError(
-            f"train.resume=auto: no checkpoints/{LAST} in {run_dir}: resume=auto continues "
-            "the run of this folder (run.dir=...); to continue another run, give "
-            "train.resume=PATH/TO/last.ckpt"
-        )
-    return own
-
-
-def read_resume_checkpoint(path: str) -> dict:
-    """The checkpoint's contents; a truncated or corrupt file is an error that names the
-    newest intact epoch checkpoint beside it to resume from instead."""
-    try:
-        return read_checkpoint(path)
-    except CheckpointError as err:
-        folder = os.path.dirname(os.path.abspath(path))
-        for candidate in reversed(epoch_files(folder)):
-            try:
-                read_checkpoint(candidate)
-            except CheckpointError:
-                continue
-            raise CheckpointError(
-                f"{err}; the newest intact checkpoint beside it is {candidate}: resume with "
-                f"train.resume={candidate}"
-            ) from err
-        raise CheckpointError(f"{err}; no intact epoch checkpoint beside it") from err
-
-
-def restore_training_state(train_cell: nn.Cell, path: str, steps_per_epoch: int) -> ResumeState:
+def restore_training_state(
+    train_cell: nn.Cell, path: str, steps_per_epoch: int, params: dict | None = None
+) -> ResumeState:
     """Load every parameter of the training step (weights, EMA, optimizer, loss scale) but
-    the LR schedule, and put the optimizer at the start of the next epoch of this run's
-    schedule.
+    the LR schedule, from the checkpoint ``path`` (``params``: its contents, when already
+    read), and put the optimizer at the
+    start of the next epoch of this run's schedule.
 
     Resuming with the same config is exact. With another ``train.epochs`` the schedule is
     the new config's (YOLOX recomputes its cosine over the new total), continued from the
@@ -191,7 +167,7 @@ def restore_training_state(train_cell: nn.Cell, path: str, steps_per_epoch: int)
     epoch) the position is the completed epochs times this run's steps per epoch. Fails,
     naming the parameter, when the checkpoint does not fit the training set-up.
     """
-    params = read_resume_checkpoint(path)
+    params = dict(read_checkpoint(path) if params is None else params)
     if META_EPOCH not in params:
         raise CheckpointError(
             f"{path} has no training state ({META_EPOCH}); to start from its weights use "

@@ -8,6 +8,7 @@ evaluation, checkpoints, ...) in :mod:`~msdet.engine.training.callbacks`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -28,6 +29,7 @@ from msdet.engine.runtime.compiler import (
     enable_compile_cache,
     training_graph_key,
 )
+from msdet.engine.evaluation.coco import METRICS_FILE
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered
@@ -42,11 +44,7 @@ from msdet.engine.training.callbacks.records import (
     TensorBoardCallback,
 )
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
-from msdet.engine.training.checkpoints import (
-    CheckpointManager,
-    find_resume_checkpoint,
-    restore_training_state,
-)
+from msdet.engine.training.checkpoints import CheckpointManager, restore_training_state
 from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
@@ -54,6 +52,7 @@ from msdet.engine.training.multiscale import (
     all_sizes,
     compile_cache_enabled,
 )
+from msdet.engine.training.resume import ResumeSource, check_resume_fits, load_resume_source
 from msdet.engine.training.run_record import RESULTS_CSV, read_results
 from msdet.engine.training.schedule import Schedule, multiscale_settings, sink_plan
 from msdet.engine.training.step import TrainStep, build_train_step
@@ -85,8 +84,11 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if rt.sync_bn:
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
-    resume_path = find_resume_checkpoint(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
-    freeze_level = prepare_fine_tuning(net, tcfg, resume_path)
+    source = None
+    if tcfg.resume:
+        source = load_resume_source(str(tcfg.resume), rt.run_dir)
+        check_resume_fits(source, cfg, train_src.class_names)
+    freeze_level = prepare_fine_tuning(net, tcfg, source.path if source else None)
     net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
     loss = YOLOXLoss(
         num_classes,
@@ -107,7 +109,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         skip_nonfinite=bool(cfg.runtime.check_finite),
         img_size=check_data_config(cfg.data),
     )
-    resume = _resume(train_step, resume_path, plan, rt) if resume_path else None
+    resume = _resume(train_step, source, plan, rt) if source else None
     start_epoch = resume.epoch if resume else 0
     buckets = _target_buckets(cfg, rt)
 
@@ -161,6 +163,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         buckets=buckets,
     )
     _log_plan(cfg, rt, plan)
+    if start_epoch >= plan.epochs:
+        return _finished_run(rt, evaluation, plan.epochs)
 
     started = time.time()
     try:
@@ -206,10 +210,10 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
     return train_src, val_src
 
 
-def _resume(train_step: TrainStep, path: str, plan: Schedule, rt: Runtime) -> Any:
-    """Restore the run's state from ``path``. The LR schedule is this config's (a changed
+def _resume(train_step: TrainStep, source: ResumeSource, plan: Schedule, rt: Runtime) -> Any:
+    """Restore the run's state from ``source``. The LR schedule is this config's (a changed
     train.epochs recomputes its cosine, as YOLOX does); the checkpoint gives the position."""
-    resume = restore_training_state(train_step, path, plan.steps_per_epoch)
+    resume = restore_training_state(train_step, source.path, plan.steps_per_epoch, source.params)
     log.info(
         "resumed from %s after epoch %d of %d (best mAP %.4f), at step %d with lr %.4g",
         resume.path,
@@ -219,11 +223,27 @@ def _resume(train_step: TrainStep, path: str, plan: Schedule, rt: Runtime) -> An
         resume.global_step,
         float(plan.lrs[min(resume.global_step, len(plan.lrs) - 1)]),
     )
-    if resume.epoch >= plan.epochs:
-        log.info("nothing to train: the checkpoint finished all %d epochs", plan.epochs)
     if rt.is_main:
         _carry_history(resume.path, rt.run_dir)
     return resume
+
+
+def _finished_run(rt: Runtime, evaluation: TrainingEvaluation, epochs: int) -> dict[str, Any]:
+    """A resumed run that had trained all its epochs: its final metrics, or, when a kill
+    stopped it before they were written, its final evaluation now."""
+    path = os.path.join(rt.run_dir, METRICS_FILE)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            metrics = json.load(f)
+        log.info(
+            "this run is finished: all %d epochs trained, final metrics in %s; to train "
+            "longer, resume with a larger train.epochs",
+            epochs,
+            path,
+        )
+        return metrics
+    log.info("all %d epochs trained; the final evaluation is missing: evaluating now", epochs)
+    return evaluation.final(last_was_best=False)
 
 
 def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:

@@ -74,3 +74,53 @@ def test_coco_format_dataset_under_any_name(tmp_path):
     cfg.val = {"ann_file": "annotations/instances_val.json", "img_dir": "val"}
     train, val = build_sources(cfg)
     assert (len(train), len(val)) == (6, 3) and train.class_names[0] == "disc"
+
+
+def shapes_as_coco(tmp_path):
+    """A generated shapes set read as any COCO-format dataset."""
+    build_sources(shapes_cfg(tmp_path, root=str(tmp_path / "set")))
+    cfg = coco_cfg(tmp_path / "set")
+    cfg.train = {"ann_file": "annotations/instances_train.json", "img_dir": "train"}
+    cfg.val = {"ann_file": "annotations/instances_val.json", "img_dir": "val"}
+    return cfg
+
+
+def test_a_wrong_image_folder_is_one_clear_error_before_training(tmp_path):
+    """Issue: every image unreadable (img_dir pointing at another folder) ended in a
+    traceback from inside GeneratorDataset."""
+    cfg = shapes_as_coco(tmp_path)
+    cfg.train.img_dir = "annotations"  # exists, but holds none of the images
+    with pytest.raises(FileNotFoundError, match=r"none of the 6 images of .*instances_train.json is in .*annotations \(the first: .*\): check data.train.img_dir"):
+        build_sources(cfg)
+
+
+def test_undecodable_images_are_refused_and_missing_ones_counted(tmp_path, caplog):
+    import logging
+
+    from msdet.data.image_io import ImageReadError
+
+    cfg = shapes_as_coco(tmp_path)
+    val_dir = tmp_path / "set" / "val"
+    files = sorted(val_dir.iterdir())
+    files[0].unlink()
+    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+        build_sources(cfg)
+    assert "1 of 3 images of" in caplog.text
+    for f in files[1:]:
+        f.write_bytes(b"not an image")
+    with pytest.raises(ImageReadError, match=r"the first 2 images in .*val cannot be decoded"):
+        build_sources(cfg)
+
+
+def test_train_and_val_naming_classes_differently_is_a_warning(tmp_path, caplog):
+    import json
+    import logging
+
+    cfg = shapes_as_coco(tmp_path)
+    path = tmp_path / "set" / "annotations" / "instances_val.json"
+    data = json.loads(path.read_text())
+    data["categories"][0]["name"] = "circle"
+    path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+        build_sources(cfg)
+    assert "name their categories differently" in caplog.text and "'disc' / 'circle'" in caplog.text

@@ -54,7 +54,7 @@ def broken(tmp_path):
         image(2, "a b/dog photo.png"),
         image(3, "corrupt.jpg"),
         image(4, "empty.jpg"),  # no annotations
-        image(2, "dup-id.jpg"),  # duplicate id
+        image(9, "dup-id.jpg"),  # no annotations either
         image(5, "cat-01.jpg"),  # duplicate file name
         image(6, "tiny.jpg"),
         image(7, "missing.jpg"),  # not on disk: unreadable too
@@ -85,13 +85,12 @@ def test_every_problem_is_counted_exactly(broken):
     assert counts == {
         "unreadable_image": 2,
         "size_mismatch": 1,
-        "duplicate_image_id": 1,
         "duplicate_file_name": 1,
         "malformed_annotation": 1,
         "unknown_category_id": 1,
         "zero_area_box": 1,
         "box_outside_image": 1,
-        "image_without_annotations": 1,
+        "image_without_annotations": 2,
         "empty_class": 1,
         "small_object": 2,
     }
@@ -114,7 +113,6 @@ def test_problem_examples_name_the_file_and_the_entry(broken):
     assert any("corrupt.jpg" in e and "truncated" in e for e in p["unreadable_image"].examples)
     assert any("missing.jpg" in e for e in p["unreadable_image"].examples)
     assert p["size_mismatch"].examples == ["'size.jpg': 50x40 pixels, annotated 100x80"]
-    assert p["duplicate_image_id"].examples == ["id 2: 'a b/dog photo.png' and 'dup-id.jpg'"]
     assert p["duplicate_file_name"].examples == ["'cat-01.jpg': ids 1 and 5"]
     assert p["unknown_category_id"].examples == [
         "annotation 5 in 'a b/dog photo.png': unknown category_id 42"
@@ -124,7 +122,7 @@ def test_problem_examples_name_the_file_and_the_entry(broken):
     assert p["box_outside_image"].examples == [
         "annotation 3 in 'cat-01.jpg' (100x80): bbox [80, 60, 40, 40]"
     ]
-    assert p["image_without_annotations"].examples == ["'empty.jpg'"]
+    assert p["image_without_annotations"].examples == ["'empty.jpg'", "'dup-id.jpg'"]
     assert p["empty_class"].examples == ["emu"]
     assert p["small_object"].examples == [
         "cat in 'tiny.jpg': 12.8x6.4 px on the input",
@@ -224,7 +222,7 @@ def test_train_and_val_with_different_categories_is_an_error(broken):
 def test_summary_for_the_start_of_training_reads_annotations_only(broken):
     source = CocoSource(str(broken), "ann/train.json", "imgs")
     assert summarise_annotations(source, IMG_SIZE) == [
-        "train: 8 images (1 without boxes), 3 classes, 9 boxes (1 crowd regions, not trained on)",
+        "train: 9 images (2 without boxes), 3 classes, 9 boxes (1 crowd regions, not trained on)",
         "train boxes per class: cat 6, dog 3, emu 0",
         "train: classes without boxes: emu",
         "train box size on the 128x128 input (longer side): median 26 px; "
@@ -263,3 +261,13 @@ def test_command_exits_2_naming_what_is_missing(tmp_path, capsys):
     assert status == 2
     assert f"dataset root not found: {tmp_path / 'nowhere'}" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_duplicate_image_ids_are_an_error_listing_them(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        (tmp_path / "imgs" / name).write_bytes(encoded(80, 100))
+    images = [image(1, "a.jpg"), image(1, "b.jpg"), image(1, "c.jpg")]
+    write_split(tmp_path, images, [ann(1, 1, 3, [10, 10, 30, 30])])
+    with pytest.raises(DatasetError, match=r"2 image entries reuse .*'a.jpg' and 'b.jpg'; .*'c.jpg'"):
+        check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)

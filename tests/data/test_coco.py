@@ -119,7 +119,44 @@ def test_boxes_follow_an_image_smaller_than_annotated(source, caplog):
         img, boxes, _ = source.load(3)
     assert img.shape == (30, 40, 3)
     np.testing.assert_allclose(boxes, [[10, 5, 30, 15]])
-    assert "small.jpg is 40x30 but annotated as 80x60" in caplog.text
+    assert "small.jpg is 40x30 but annotated as 80x60; its boxes are scaled" in caplog.text
+
+
+def test_evaluation_sees_an_image_at_its_annotated_size(source):
+    """The mirror of training's rule: the pixels are resized to the annotation."""
+    assert source.load_as_annotated(3).shape == (60, 80, 3)
+    assert source.load_as_annotated(0).shape == (60, 80, 3)
+    assert [(i, px, ann) for i, px, ann in source.size_mismatches()] == [(3, (40, 30), (80, 60))]
+
+
+def with_images(coco_dir, images, anns=()) -> str:
+    dataset = {"images": images, "annotations": list(anns), "categories": CATEGORIES}
+    (coco_dir / "annotations" / "merged.json").write_text(json.dumps(dataset))
+    return "annotations/merged.json"
+
+
+def test_duplicate_image_ids_are_an_error_naming_both_files(coco_dir):
+    """Issue: two exports concatenated: one id, two files; one file got the other's boxes."""
+    ann_file = with_images(
+        coco_dir,
+        [
+            {"id": 11, "file_name": "a.jpg", "height": 60, "width": 80},
+            {"id": 11, "file_name": "empty.jpg", "height": 40, "width": 40},
+        ],
+    )
+    with pytest.raises(ValueError, match=r"merged.json: image id 11 is used by two images, a.jpg and empty.jpg"):
+        CocoSource(str(coco_dir), ann_file, "images")
+
+
+def test_duplicate_annotation_ids_are_an_error(coco_dir):
+    box = {"image_id": 11, "category_id": 2, "bbox": [1, 1, 9, 9], "area": 81, "iscrowd": 0}
+    ann_file = with_images(
+        coco_dir,
+        [{"id": 11, "file_name": "a.jpg", "height": 60, "width": 80}],
+        [dict(box, id=3), dict(box, id=3)],
+    )
+    with pytest.raises(ValueError, match="annotation id 3 is used twice"):
+        CocoSource(str(coco_dir), ann_file, "images")
 
 
 def test_missing_annotation_file_names_the_path(coco_dir):

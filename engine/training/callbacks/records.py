@@ -55,7 +55,9 @@ class CheckpointCallback(EpochCallback):
 
 class ResultsCallback(EpochCallback):
     """``results.csv`` (one row per epoch) and ``results.png`` (``engine.run_record``).
-    Reads ``history`` (all rows, the one :class:`EpochSummary` appended included)."""
+    Reads ``history`` (all rows, the one :class:`EpochSummary` appended included). Writes
+    nothing once the run failed (a checkpoint that could not be written, a non-finite
+    loss): the record then ends with the last epoch it has a checkpoint of."""
 
     phase = RECORD
 
@@ -64,7 +66,8 @@ class ResultsCallback(EpochCallback):
         self.run_dir = run_dir
 
     def end_epoch(self, epoch, run_context):
-        write_results(self.state.history, self.run_dir)
+        if not self.state.failure:
+            write_results(self.state.history, self.run_dir)
 
 
 class TensorBoardCallback(EpochCallback):
@@ -82,7 +85,7 @@ class TensorBoardCallback(EpochCallback):
 
     def end_epoch(self, epoch, run_context):
         row = self.state.history[-1] if self.state.history else None
-        if row is None:
+        if row is None or self.state.failure:  # as ResultsCallback
             return
         for key, value in row.items():
             if key != "epoch" and not (isinstance(value, float) and math.isnan(value)):

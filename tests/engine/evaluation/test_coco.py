@@ -305,3 +305,52 @@ def test_an_unreadable_val_image_keeps_its_ground_truth(tmp_path):
     assert metrics["mAP50"] == pytest.approx(independent.stats[1], abs=1e-12)
     assert metrics["per_class_AP50"]["box"] < 0.6  # one of the two boxes missed
     assert metrics["per_class_AP50"]["disc"] == pytest.approx(1.0)
+
+
+def test_images_resized_after_labelling_are_scored_in_the_annotations_coordinates(
+    tmp_path, caplog
+):
+    """Issue: training scaled the boxes of an image whose pixels differ from its annotated
+    size, evaluation did not: a perfect detector scored mAP 1.0 on correct files, 0.0 with
+    the files at half size. The 'detector' here finds the white object in the letterboxed
+    input (what any detector sees), so the test holds whatever the pipeline resizes."""
+    import logging
+
+    import cv2
+
+    from msdet.data.coco import CocoSource
+    from msdet.data.pipeline import EvalSamples, warn_size_mismatches
+
+    gt, objects = ground_truth()
+    (tmp_path / "images").mkdir()
+    for img_id, objs in objects.items():
+        factor = 0.5 if img_id % 2 else 1.0  # images 1 and 3 were halved after labelling
+        canvas = np.zeros((int(300 * factor), int(400 * factor), 3), np.uint8)
+        for (x, y, w, h), _ in objs:
+            x1, y1, x2, y2 = (round(v * factor) for v in (x, y, x + w, y + h))
+            canvas[y1:y2, x1:x2] = 255
+        cv2.imwrite(str(tmp_path / "images" / f"{img_id}.png"), canvas)
+    dataset = dict(gt.dataset)
+    dataset["images"] = [dict(img, file_name=f"{img['id']}.png") for img in gt.dataset["images"]]
+    (tmp_path / "val.json").write_text(json.dumps(dataset))
+    source = CocoSource(str(tmp_path), "val.json", "images")
+    with caplog.at_level(logging.WARNING, logger="msdet.data.pipeline"):
+        warn_size_mismatches(source)
+        warn_size_mismatches(source)  # once per source
+    assert caplog.text.count("2 of 4 images") == 1 and "1.png, 200x150 pixels" in caplog.text
+
+    samples = EvalSamples(source, (320, 320), list(range(len(source))))
+    dets = np.zeros((len(source), 5, 6), np.float32)
+    counts, scales, ids = np.ones(len(source), np.int32), [], []
+    for j in range(len(source)):
+        image, index, scale = samples[j]
+        ys, xs = np.nonzero(image[0] > 200)  # the white object in the network's input
+        cat = objects[source.image_info(int(index))["id"]][0][1]
+        dets[j, 0] = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1, 0.9, CATEGORY_IDS.index(cat)]
+        scales.append(float(scale))
+        ids.append(source.image_info(int(index))["id"])
+    ev = CocoEvaluator(source.coco, CATEGORY_IDS, CLASS_NAMES, out_dir=str(tmp_path / "out"))
+    ev.update(dets, counts, ids, np.array(scales), np.tile([300, 400], (len(ids), 1)))
+    with contextlib.redirect_stdout(io.StringIO()):
+        metrics = ev.evaluate()
+    assert metrics["mAP50"] == pytest.approx(1.0) and metrics["mAP"] > 0.9

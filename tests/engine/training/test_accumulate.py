@@ -292,7 +292,7 @@ def test_optimizer_steps_and_config_checks():
     assert optimizer_steps_per_epoch(10, 4) == 2
     assert optimizer_steps_per_epoch(10, 4, max_steps=1) == 1
     assert optimizer_steps_per_epoch(3, 4) == 0  # the trainer refuses it: fewer than a window
-    assert accumulation(OmegaConf.create({})) == 1
+    assert accumulation(OmegaConf.create({"accumulate": 1})) == 1
     assert accumulation(OmegaConf.create({"accumulate": 8})) == 8
     for bad in (0, -2, 1.5, True, "4"):
         with pytest.raises(ValueError, match="train.accumulate must be an integer >= 1"):

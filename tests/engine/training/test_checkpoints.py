@@ -1,32 +1,24 @@
-"""engine.checkpoint and the run folder: writes that survive a kill or a full disk, pruning
-that only counts finished epoch files, resume that names what to do when last.ckpt is
-damaged, and a run folder that is never silently shared."""
+"""engine.training.checkpoints: writes that survive a kill or a full disk, pruning that only
+counts finished epoch files, and restoring a run's state."""
 
 from __future__ import annotations
 
 import errno
 import os
-from types import SimpleNamespace
+import re
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn
 
-from msdet.common.runs import claim_run_folder
-from msdet.common.schema import ConfigError
 from msdet.engine.training import checkpoints as checkpoint
+from msdet.engine.training.checkpoint_files import BEST, LAST, epoch_files
 from msdet.engine.training.checkpoints import (
-    BEST,
-    LAST,
     META_BEST,
     META_EPOCH,
     CheckpointManager,
-    epoch_files,
-    find_resume_checkpoint,
-    read_resume_checkpoint,
 )
-from msdet.engine.training.run_folder import accept_train_folder
 from msdet.models.weights import CheckpointError
 
 
@@ -98,72 +90,18 @@ def test_a_full_disk_is_a_clear_error_and_the_earlier_checkpoints_stay(tmp_path,
     real = ms.save_checkpoint
 
     def disk_full(cell, path, **kwargs):
-        with open(path, "wb") as f:  # part of the file, then the disk is full
+        # As MindSpore: it writes <name>.tmp first, then the disk is full.
+        with open(os.path.splitext(path)[0] + ".tmp", "wb") as f:
             f.write(b"\0" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ms, "save_checkpoint", disk_full)
-    with pytest.raises(CheckpointError, match="No space left on device.*intact"):
+    with pytest.raises(CheckpointError, match="No space left on device.*intact") as err:
         manager.save_epoch(Weights(2.0), meta(2, 0.2), 2, is_best=True)
+    # How much a checkpoint needs (4 float32 weights: under 1 MiB) and what is free there.
+    assert re.search(r"needs about 0\.0 MiB and \d+ MiB are free", str(err.value))
     monkeypatch.setattr(ms, "save_checkpoint", real)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing partial
-
-
-def test_a_truncated_last_checkpoint_names_the_newest_intact_one(tmp_path):
-    folder = tmp_path / "checkpoints"
-    manager = CheckpointManager(str(folder), keep_last=3)
-    for epoch in (1, 2, 3):
-        manager.save_epoch(Weights(float(epoch)), meta(epoch, 0.0), epoch, is_best=False)
-    data = (folder / LAST).read_bytes()
-    (folder / LAST).write_bytes(data[: len(data) // 2])
-    (folder / "epoch_0003.ckpt").write_bytes(b"")  # damaged too
-    with pytest.raises(
-        CheckpointError, match=r"newest intact checkpoint beside it is .*epoch_0002\.ckpt"
-    ):
-        read_resume_checkpoint(str(folder / LAST))
-
-
-def test_resume_auto_looks_only_in_its_own_run_folder(tmp_path):
-    other = tmp_path / "outputs" / "another_run" / "checkpoints"
-    CheckpointManager(str(other)).save_epoch(Weights(1.0), meta(1, 0.0), 1, is_best=False)
-    fresh = tmp_path / "outputs" / "mine"
-    fresh.mkdir()
-    with pytest.raises(CheckpointError, match="resume=auto continues the run of this folder"):
-        find_resume_checkpoint("auto", str(fresh))
-    assert find_resume_checkpoint("auto", str(other.parent)) == str(other / LAST)
-
-
-def used_folder_check(run_dir, resume=None, overwrite=False, main=True):
-    """train.py's rule for its run folder, as the command line applies it."""
-    cfg = SimpleNamespace(train=SimpleNamespace(resume=resume, overwrite=overwrite))
-    folder = SimpleNamespace(path=str(run_dir), lock=object() if main else None)
-    accept_train_folder(SimpleNamespace(cfg=cfg, dir=str(run_dir), folder=folder))
-
-
-def test_a_fresh_run_is_refused_in_a_folder_that_holds_a_run(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "train.log").write_text("an earlier command's log")
-    used_folder_check(run)  # a log alone is not a run: still fresh
-    CheckpointManager(str(run / "checkpoints")).save_epoch(Weights(1.0), meta(1, 0.0), 1, False)
-    (run / "results.csv").write_text("epoch\n1\n")
-    with pytest.raises(ValueError, match="train.resume=auto.*train.overwrite=true.*run.dir"):
-        used_folder_check(run)
-    used_folder_check(run, resume="auto")  # continuing it
-    # Another rank of the same job finds rank 0's first files: not its call to make.
-    used_folder_check(run, main=False)
-    assert (run / "results.csv").is_file()
-    used_folder_check(run, overwrite=True)
-    assert sorted(p.name for p in run.iterdir()) == ["train.log"]
-
-
-def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_runs():
-    # /sys refuses new files even to root, whose permission bits say it may write
-    if not os.path.isdir("/sys"):
-        pytest.skip("no /sys here")
-    run_cfg = SimpleNamespace(dir="/sys", name=None, root="runs")
-    with pytest.raises(ConfigError, match="run folder /sys is not writable"):
-        claim_run_folder(run_cfg, "train")
 
 
 class Stepped(nn.Cell):

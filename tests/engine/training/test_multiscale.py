@@ -194,11 +194,11 @@ def test_trainer_reads_and_checks_the_keys():
     from msdet.engine.runtime.process import Runtime
     from msdet.engine.training.schedule import multiscale_settings, sink_plan
 
-    assert multiscale_settings(OmegaConf.create({"multiscale_range": 5})) == (5, 10)
+    assert multiscale_settings(OmegaConf.create({"multiscale_range": 5, "multiscale_interval": 10})) == (5, 10)
     with pytest.raises(ValueError, match="train.multiscale_interval"):
         multiscale_settings(OmegaConf.create({"multiscale_range": 2, "multiscale_interval": 0}))
     with pytest.raises(ValueError, match="train.multiscale_range"):
-        multiscale_settings(OmegaConf.create({"multiscale_range": -1}))
+        multiscale_settings(OmegaConf.create({"multiscale_range": -1, "multiscale_interval": 10}))
     ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
     assert sink_plan(ascend, 1848, (5, 10)) == (2, 924)  # sinks stay in one size window
     assert sink_plan(ascend, 1848, (0, 10)) == (1848, 1)  # off: one sink per epoch

@@ -1,0 +1,124 @@
+"""engine.training.resume: the checkpoint a resume starts from, and whether it fits."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from mindspore import Parameter, Tensor, nn
+from omegaconf import OmegaConf
+
+from msdet.common.config import load_config
+from msdet.engine.training.checkpoint_files import LAST
+from msdet.engine.training.checkpoints import META_EPOCH, CheckpointManager
+from msdet.engine.training.resume import (
+    ResumeMismatchError,
+    ResumeSource,
+    check_resume_fits,
+    load_resume_source,
+)
+from msdet.models.description import DESCRIPTION_KEY, describe
+from msdet.models.weights import CheckpointError
+
+SHAPES = ["disc", "rectangle", "triangle"]
+
+
+class Weights(nn.Cell):
+    def __init__(self, value: float):
+        super().__init__()
+        self.w = Parameter(Tensor(np.full(4, value, np.float32)), name="w")
+
+
+def three_epochs(run_dir) -> None:
+    manager = CheckpointManager(str(run_dir / "checkpoints"), keep_last=3)
+    for epoch in (1, 2, 3):
+        manager.save_epoch(Weights(float(epoch)), {META_EPOCH: epoch}, epoch, is_best=False)
+
+
+def epoch_in(source: ResumeSource) -> int:
+    return int(source.params[META_EPOCH].asnumpy())
+
+
+def test_a_truncated_last_checkpoint_names_the_newest_intact_one(tmp_path):
+    three_epochs(tmp_path)
+    folder = tmp_path / "checkpoints"
+    data = (folder / LAST).read_bytes()
+    (folder / LAST).write_bytes(data[: len(data) // 2])
+    (folder / "epoch_0003.ckpt").write_bytes(b"")  # damaged too
+    with pytest.raises(
+        CheckpointError, match=r"newest intact checkpoint beside it is .*epoch_0002\.ckpt"
+    ):
+        load_resume_source(str(folder / LAST), str(tmp_path))
+
+
+def test_resume_auto_takes_the_newest_intact_checkpoint_and_says_so(tmp_path, caplog):
+    three_epochs(tmp_path)
+    folder = tmp_path / "checkpoints"
+    assert epoch_in(load_resume_source("auto", str(tmp_path))) == 3
+    data = (folder / LAST).read_bytes()
+    (folder / LAST).write_bytes(data[: len(data) // 2])
+    (folder / "epoch_0003.ckpt").write_bytes(data[:10])
+    with caplog.at_level(logging.WARNING, logger="train"):
+        source = load_resume_source("auto", str(tmp_path))
+    assert source.path.endswith("epoch_0002.ckpt") and epoch_in(source) == 2
+    assert "resuming from" in caplog.text and "last.ckpt" in caplog.text
+
+
+def test_a_kill_before_last_ckpt_resumes_from_the_epoch_file_written_before_it(tmp_path):
+    """Within an epoch the epoch file is written before last.ckpt: killed between them,
+    the epoch file is the newest state."""
+    three_epochs(tmp_path)
+    folder = tmp_path / "checkpoints"
+    (folder / "epoch_0003.ckpt").touch()  # written after last.ckpt's epoch 3 (mtime)
+    (folder / LAST).unlink()
+    source = load_resume_source("auto", str(tmp_path))
+    assert source.path.endswith("epoch_0003.ckpt") and epoch_in(source) == 3
+
+
+def test_nothing_to_resume_says_a_fresh_run_may_start(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match="a fresh run may start there"):
+        load_resume_source("auto", str(tmp_path))
+
+
+def description_of(cfg, class_names=SHAPES) -> ResumeSource:
+    """A ResumeSource whose description is what training with ``cfg`` writes."""
+    description = describe(
+        cfg.model,
+        len(class_names),
+        class_names,
+        list(range(len(class_names))),
+        list(cfg.data.img_size),
+        "train",
+        OmegaConf.to_container(cfg, resolve=True),
+    )
+    return ResumeSource("runs/train/exp/checkpoints/last.ckpt", {DESCRIPTION_KEY: ""}, description)
+
+
+def test_resume_refuses_another_model_naming_both_values():
+    """Issue: resume=auto accepted other classes and another size without a word."""
+    saved = description_of(load_config("train", ["data.img_size=[320,320]"]))
+    stars = load_config("train", ["data=shapes_stars", "data.img_size=[320,320]"])
+    with pytest.raises(ResumeMismatchError, match=r"classes: checkpoint \['disc'.*\['star'"):
+        check_resume_fits(saved, stars, ["star", "cross", "ring"])
+    bigger = load_config("train", ["data.img_size=[416,416]", "model=yolox_s"])
+    with pytest.raises(ResumeMismatchError) as err:
+        check_resume_fits(saved, bigger, SHAPES)
+    text = str(err.value)
+    assert "model: checkpoint yolox_nano, config yolox_s" in text
+    assert "data.img_size: checkpoint [320, 320], config [416, 416]" in text
+    assert "train.pretrained=PATH" in text
+
+
+def test_resume_logs_what_may_change(caplog):
+    saved = description_of(load_config("train", []))
+    more = load_config("train", ["train.epochs=12", "train.lr_per_img=0.01", "train.resume=auto"])
+    with caplog.at_level(logging.INFO, logger="train"):
+        changes = check_resume_fits(saved, more, SHAPES)
+    was = load_config("train", [])
+    assert changes == [
+        ("train.epochs", was.train.epochs, 12),
+        ("train.lr_per_img", was.train.lr_per_img, 0.01),
+    ]
+    assert f"train.epochs changed from {was.train.epochs} to 12" in caplog.text
