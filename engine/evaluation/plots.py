@@ -42,7 +42,17 @@ FILES = {
     "R_curve": "R_curve.png",
     "F1_curve": "F1_curve.png",
 }
-VAL_PREDICTIONS_FILE = "val_batch_pred.jpg"
+VAL_PREDICTIONS_FILE = "val_predictions.jpg"
+# The val grid: image pairs per row, each image scaled into a square cell (16 pairs make a
+# 1,950 x 1,100 px picture), a title band, a caption strip above each image, and gaps.
+VAL_GRID_CELL = 240
+VAL_GRID_PAIRS_PER_ROW = 4
+VAL_GRID_TITLE = 30  # per line of the title (wrapped to the picture's width)
+VAL_GRID_CAPTION = 20
+VAL_GRID_GAP = 4
+VAL_GRID_PAIR_GAP = 12
+# The lowest score the val grid draws predictions at: predict.py's default threshold.
+VAL_GRID_CONF_FLOOR = 0.25
 DPI = 100
 CURVE_SIZE = (9.0, 6.0)  # inches: 900 x 600 px
 # Up to this many classes a matrix shows every cell's number; beyond, colour alone.
@@ -310,10 +320,35 @@ def _fit_cell(img: np.ndarray, boxes: np.ndarray, cell: int) -> tuple[np.ndarray
     return out, np.asarray(boxes, dtype=np.float32).reshape(-1, 4) * scale
 
 
-def _caption(img: np.ndarray, text: str) -> None:
-    (tw, th), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
-    cv2.rectangle(img, (0, 0), (tw + 6, th + 8), (255, 255, 255), -1)
-    cv2.putText(img, text, (3, th + 4), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+def _write_text(img: np.ndarray, text: str, x: int, height: int, scale: float) -> None:
+    """Black ``text`` vertically centred in the band ``img[:height]``, from ``x``."""
+    (_, th), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+    y = (height + th) // 2
+    cv2.putText(img, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 1, cv2.LINE_AA)
+
+
+def _wrap(text: str, width: int, scale: float) -> list[str]:
+    """``text`` in lines of whole words that fit ``width`` px (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        wider = f"{lines[-1]} {word}" if lines else word
+        if lines and cv2.getTextSize(wider, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0] <= width:
+            lines[-1] = wider
+        else:
+            lines.append(word)
+    return lines
+
+
+def val_grid_conf(conf: float, floor: float = VAL_GRID_CONF_FLOOR) -> tuple[float, str]:
+    """The score threshold the val grid draws predictions at, and how its title says it:
+    ``conf`` (the evaluation's confusion-matrix threshold), raised to ``floor`` when lower
+    (a weak model's best-F1 threshold can be 0, which would draw every candidate)."""
+    if conf >= floor:
+        return conf, f"score >= {conf:.3f}, the confusion matrix's threshold"
+    return floor, (
+        f"score >= {floor:.3f} (the confusion matrix's threshold {conf:.3f}, "
+        f"raised to the grid's floor {floor:.2f})"
+    )
 
 
 def plot_val_predictions(
@@ -321,40 +356,55 @@ def plot_val_predictions(
     class_names: Sequence[str],
     path: str | None,
     conf: float,
-    cell: int = 320,
-    pairs_per_row: int = 2,
+    cell: int = VAL_GRID_CELL,
+    pairs_per_row: int = VAL_GRID_PAIRS_PER_ROW,
+    conf_floor: float = VAL_GRID_CONF_FLOOR,
 ) -> np.ndarray:
-    """One grid picture: for each validation image its ground truth (left) and the
-    predictions scoring >= ``conf`` (right), ``pairs_per_row`` images per row.
+    """One grid picture: for each validation image its ground truth (left) and its
+    predictions (right), ``pairs_per_row`` images per row, under a title that says the
+    score threshold; each image's caption (with its box count) sits in a strip above it,
+    never over the picture.
 
-    Each sample is ``(image, gt_boxes, gt_labels, pred_boxes, pred_scores, pred_labels)``:
-    a BGR uint8 image, xyxy boxes in its pixels and training class indices. Each image is
-    scaled into a ``cell`` px square. Writes ``path`` (e.g. ``val_batch_pred.jpg``) unless
-    None and returns the grid as RGB.
+    Predictions are drawn when they score at least ``conf`` raised to ``conf_floor``
+    (:func:`val_grid_conf`). Each sample is ``(image, gt_boxes, gt_labels, pred_boxes,
+    pred_scores, pred_labels)``: a BGR uint8 image, xyxy boxes in its pixels and training
+    class indices. Each image is scaled into a ``cell`` px square. Writes ``path`` (e.g.
+    ``val_predictions.jpg``) unless None and returns the grid as RGB.
     """
     if not samples:
         raise ValueError("plot_val_predictions needs at least one sample")
-    gap = 4
+    shown_conf, conf_text = val_grid_conf(float(conf), conf_floor)
+    pair_w, row_h = 2 * cell + VAL_GRID_GAP, VAL_GRID_CAPTION + cell
     rows = -(-len(samples) // pairs_per_row)
     cols = min(len(samples), pairs_per_row)
-    grid = np.full(
-        (rows * (cell + gap) - gap, cols * (2 * cell + 3 * gap) - 2 * gap, 3), 255, np.uint8
+    width = cols * pair_w + (cols - 1) * VAL_GRID_PAIR_GAP
+    title = _wrap(
+        f"Validation images: ground truth | predictions with {conf_text}", width - 12, 0.55
     )
+    top = VAL_GRID_TITLE * len(title)
+    grid = np.full((top + rows * row_h + (rows - 1) * VAL_GRID_PAIR_GAP, width, 3), 255, np.uint8)
+    for k, line in enumerate(title):
+        _write_text(grid[k * VAL_GRID_TITLE :], line, 6, VAL_GRID_TITLE, 0.55)
     for n, (img, gt_boxes, gt_labels, boxes, scores, labels) in enumerate(samples):
         scores = np.asarray(scores, dtype=np.float32).reshape(-1)
-        keep = scores >= conf
+        keep = scores >= shown_conf
+        gt_labels = np.asarray(gt_labels).reshape(-1)
         left, gt_xyxy = _fit_cell(img, gt_boxes, cell)
         right, pred_xyxy = _fit_cell(img, boxes, cell)
-        left = draw_boxes(left, gt_xyxy, np.asarray(gt_labels).reshape(-1), class_names)
+        left = draw_boxes(left, gt_xyxy, gt_labels, class_names)
         right = draw_boxes(
             right, pred_xyxy[keep], np.asarray(labels).reshape(-1)[keep], class_names, scores[keep]
         )
-        _caption(left, "ground truth")
-        _caption(right, f"predicted, conf >= {conf:.3f}")
-        y = (n // pairs_per_row) * (cell + gap)
-        x = (n % pairs_per_row) * (2 * cell + 3 * gap)
-        grid[y : y + cell, x : x + cell] = left
-        grid[y : y + cell, x + cell + gap : x + 2 * cell + gap] = right
+        y = top + (n // pairs_per_row) * (row_h + VAL_GRID_PAIR_GAP)
+        x = (n % pairs_per_row) * (pair_w + VAL_GRID_PAIR_GAP)
+        for dx, picture, caption in (
+            (0, left, f"ground truth ({len(gt_labels)})"),
+            (cell + VAL_GRID_GAP, right, f"predicted ({int(keep.sum())})"),
+        ):
+            band = grid[y : y + VAL_GRID_CAPTION, x + dx : x + dx + cell]
+            band[:] = 235
+            _write_text(band, caption, 4, VAL_GRID_CAPTION, 0.45)
+            grid[y + VAL_GRID_CAPTION : y + row_h, x + dx : x + dx + cell] = picture
     rgb = cv2.cvtColor(grid, cv2.COLOR_BGR2RGB)
     if path is not None:
         save_rgb(rgb, path)

@@ -11,11 +11,16 @@ from msdet.data.visualize import class_colour
 from msdet.engine.evaluation.analysis import analyse_detections
 from msdet.engine.evaluation.plots import (
     FILES,
+    VAL_GRID_CAPTION,
+    VAL_GRID_CONF_FLOOR,
+    VAL_GRID_GAP,
+    VAL_GRID_PAIR_GAP,
     confidence_curve_figure,
     confusion_matrix_figure,
     plot_confusion_matrix,
     plot_val_predictions,
     pr_curve_figure,
+    val_grid_conf,
     write_evaluation_plots,
 )
 from tests.engine.evaluation.test_analysis import HAND_DETS, HAND_GT, det
@@ -111,25 +116,55 @@ def test_few_classes_are_named_in_the_legend_with_their_ap50():
     assert lines[-1].get_linewidth() == 3.0 and lines[0].get_linewidth() == 1.0
 
 
-def test_val_grid_shows_ground_truth_left_and_confident_predictions_right(tmp_path):
-    img = np.zeros((64, 64, 3), dtype=np.uint8)
+def _grid_samples(n, scores=(0.9, 0.1)):
+    """n copies of a flat grey 64 px image with one true box and two predictions."""
+    img = np.full((64, 64, 3), 60, dtype=np.uint8)
     gt = (np.array([[10, 30, 30, 50]], np.float32), np.array([0]))
-    preds = (
-        np.array([[35, 30, 60, 50], [5, 40, 20, 60]], np.float32),
-        np.array([0.9, 0.1]),  # the second is below conf: not drawn
-        np.array([1, 1]),
-    )
-    samples = [(img, *gt, *preds)] * 3
-    path = tmp_path / "val_batch_pred.jpg"
-    rgb = plot_val_predictions(samples, ["a", "b"], str(path), conf=0.5, cell=64)
-    # 3 images, 2 per row: 2 rows of 64 px cells; gaps 4 px within a pair, 8 between
-    assert rgb.shape == (2 * 64 + 4, 2 * (2 * 64 + 4) + 8, 3)
+    boxes = np.array([[35, 30, 60, 50], [5, 40, 20, 60]], np.float32)[: len(scores)]
+    return [(img, *gt, boxes, np.array(scores), np.ones(len(scores), np.int64))] * n
+
+
+def _cell(bgr, n, side, rows, cell=64):
+    """Grid image ``n`` (left: ground truth, right: predictions) of a grid of ``rows``."""
+    top = bgr.shape[0] - (rows * (VAL_GRID_CAPTION + cell) + (rows - 1) * VAL_GRID_PAIR_GAP)
+    y = top + (n // 4) * (VAL_GRID_CAPTION + cell + VAL_GRID_PAIR_GAP) + VAL_GRID_CAPTION
+    x = (n % 4) * (2 * cell + VAL_GRID_GAP + VAL_GRID_PAIR_GAP)
+    x += 0 if side == "left" else cell + VAL_GRID_GAP
+    return bgr[y : y + cell, x : x + cell]
+
+
+def test_val_grid_shows_sixteen_images_truth_left_and_confident_predictions_right(tmp_path):
+    path = tmp_path / "val_predictions.jpg"
+    rgb = plot_val_predictions(_grid_samples(16), ["a", "b"], str(path), conf=0.5, cell=64)
+    # 4 pairs per row, 4 rows, under the title
+    assert rgb.shape[1] == 4 * (2 * 64 + VAL_GRID_GAP) + 3 * VAL_GRID_PAIR_GAP
+    assert rgb.shape[0] > 4 * (VAL_GRID_CAPTION + 64) + 3 * VAL_GRID_PAIR_GAP
     assert cv2.imread(str(path)).shape == rgb.shape
     bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-    left, right = bgr[:64, :64], bgr[:64, 68:132]
-    assert tuple(left[40, 10]) == class_colour(0)  # GT box, left edge
-    assert tuple(right[40, 10]) == (0, 0, 0)  # no GT on the right
-    assert tuple(right[40, 35]) == class_colour(1)  # the confident prediction
-    assert tuple(right[50, 5]) == (0, 0, 0)  # the unconfident one is not drawn
-    assert tuple(left[40, 35]) == (0, 0, 0)  # no prediction on the left
-    assert (bgr[68:, 136:] == 255).all()  # the fourth slot stays empty
+    for n in range(16):
+        left, right = _cell(bgr, n, "left", 4), _cell(bgr, n, "right", 4)
+        assert tuple(left[49, 20]) == class_colour(0)  # GT box, bottom edge
+        assert tuple(right[49, 20]) == (60, 60, 60)  # no GT on the right
+        assert tuple(right[49, 45]) == class_colour(1)  # the confident prediction
+        assert tuple(right[59, 5]) == (60, 60, 60)  # the unconfident one is not drawn
+        assert tuple(left[49, 45]) == (60, 60, 60)  # no prediction on the left
+
+
+def test_val_grid_writes_nothing_over_the_pictures():
+    samples = _grid_samples(5, scores=())
+    rgb = plot_val_predictions(samples, ["a", "b"], None, conf=0.5, cell=64)
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    for n in range(5):
+        # No prediction: the right image is the picture itself, its corners included.
+        np.testing.assert_array_equal(_cell(bgr, n, "right", 2), samples[n][0])
+
+
+def test_val_grid_floors_a_zero_confidence_and_says_so():
+    conf, text = val_grid_conf(0.0)
+    assert conf == VAL_GRID_CONF_FLOOR > 0
+    assert "0.000" in text and "floor" in text
+    assert val_grid_conf(0.4) == (0.4, "score >= 0.400, the confusion matrix's threshold")
+    rgb = plot_val_predictions(_grid_samples(1), ["a", "b"], None, conf=0.0, cell=64)
+    right = _cell(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), 0, "right", 1)
+    assert tuple(right[49, 45]) == class_colour(1)  # 0.9: drawn
+    assert tuple(right[59, 5]) == (60, 60, 60)  # 0.1: under the floor, not drawn
