@@ -17,9 +17,9 @@ While a bar is drawn, console logging and ``print`` (MindSpore's LossMonitor pri
 each line with the bar cleared and redrawn after it (``tqdm.external_write_mode``), so that
 their lines appear above the bar instead of glued to it.
 
-This lives in ``data/``, the lowest layer that reports progress (data generation); the
-engine (training steps, evaluation, prediction) imports it from here. ``models`` and ``ops``
-cannot import ``data``: the PyTorch converter (``models.convert``, seconds even for
+This lives in ``common/``, the bottom layer: data generation, the CPU kernel measurement,
+training steps, evaluation and prediction report through it. ``models``
+does not: the PyTorch converter (``models.convert_pytorch``, seconds even for
 yolox_l) logs its stages with their times instead.
 """
 

@@ -30,6 +30,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 MARGIN = 0.05
 ROUNDS, WARMUP = 5, 2
 TIMEOUT_S = 600
+DONE_LINE = "measured"  # the child's line after each decision
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,17 @@ def describe(record: Mapping[str, Any]) -> str:
     )
 
 
+def headline(record: Mapping[str, Any]) -> str:
+    """The console's short form of :func:`describe`."""
+    chosen = len(record.get("kernels", []))
+    if not chosen:
+        return "CPU kernels: MindSpore's operators (none of msdet's measured faster here)"
+    return (
+        f"CPU kernels: {chosen} of msdet's {len(KERNELS)}, measured faster on this CPU at "
+        f"{record.get('threads')} threads (the times are in the log file)"
+    )
+
+
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
     import fcntl
@@ -279,6 +292,10 @@ CHILD_DROPS = ("RANK_ID", "RANK_SIZE", "RANK_TABLE_FILE", "DEVICE_ID")
 
 
 def _measure_in_child(library: str, threads: int) -> dict:
+    """:func:`measure` in a child process (its own MindSpore context), with a progress bar
+    over the decisions as the child reports each one done."""
+    from msdet.common.progress import Progress
+
     env = {
         k: v
         for k, v in os.environ.items()
@@ -286,16 +303,31 @@ def _measure_in_child(library: str, threads: int) -> dict:
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "msdet.ops.kernel_choice", library, str(int(threads))]
+    bar = Progress(len(DECISIONS), "measuring CPU kernels", "kernel", logger=log)
+    lines: list[str] = []
     try:
-        done = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
+        with subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as child:
+            timer = threading.Timer(TIMEOUT_S, child.kill)
+            timer.start()
+            try:
+                for line in child.stdout:  # one DONE_LINE per decision, then the record
+                    if line.startswith(DONE_LINE):
+                        bar.update()
+                    elif line.startswith("{"):
+                        lines.append(line)
+                stderr = child.stderr.read()
+                child.wait()
+            finally:
+                timer.cancel()
+    except OSError as err:
         return {"kernels": [], "error": str(err)}
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"kernels": [], "error": f"exit {done.returncode}: {tail}"}
+    finally:
+        bar.close()
+    if child.returncode != 0 or not lines:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return {"kernels": [], "error": f"exit {child.returncode}: {tail}"}
     return json.loads(lines[-1])
 
 
@@ -321,6 +353,7 @@ def measure(library: str, threads: int, rounds: int = ROUNDS) -> dict:
         record["kernels"] += decision.choose(median_ms)
         record[decision.key] = median_ms
         record["first_call_s"].update(first_s)
+        print(f"{DONE_LINE} {decision.key}", flush=True)  # the parent's progress bar
     return {
         **record,
         "threads": int(threads),

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import io
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,8 @@ from pycocotools.cocoeval import COCOeval
 
 from msdet.engine.evaluation.detections import prediction_records
 from msdet.engine.evaluation.speed import SpeedMeter, format_speed
+
+log = logging.getLogger(__name__)
 
 DETECTIONS_FILE = "detections.json"
 METRICS_FILE = "metrics.json"
@@ -112,7 +115,9 @@ class CocoEvaluator:
         plots: bool = False,
     ) -> dict[str, Any]:
         """Write ``detections.json``, run COCOeval (bbox), write ``metrics.json`` and the
-        summary (``coco_summary.txt``), which is also printed when ``verbose``. With
+        summary (``coco_summary.txt``: pycocotools' twelve lines, the per-class table, the
+        speed). With ``verbose`` the console gets the short form (:func:`short_summary`)
+        and the log file the whole summary. With
         ``plots``, also the confusion matrix and the PR, P, R and F1 curves
         (``engine.plots``) beside them, and their figures (best-F1 confidence, the matrix's
         IoU and confidence) in ``metrics["analysis"]``.
@@ -145,22 +150,19 @@ class CocoEvaluator:
         metrics["per_class_AP50"] = per_class50
         metrics["images"] = len(set(self.image_ids))
         metrics["detections"] = len(self.results)
-        lines = [
-            summary.getvalue().rstrip(),
-            "Per-class AP (IoU 0.50:0.95) and AP50:",
-            format_ap_table(per_class, per_class50),
-        ]
+        table = ["Per-class AP (IoU 0.50:0.95) and AP50:", format_ap_table(per_class, per_class50)]
         if speed is not None:
             ms = speed.ms_per_image() if isinstance(speed, SpeedMeter) else dict(speed)
             metrics["speed_ms"] = ms
-            lines.append(format_speed(ms))
+            table.append(format_speed(ms))
         if not self.results:
-            lines.insert(0, "No detections: AP is 0 wherever there is ground truth.")
-        text = "\n".join(lines)
+            table.insert(0, "No detections: AP is 0 wherever there is ground truth.")
+        text = "\n".join([summary.getvalue().rstrip(), *table])
         with open(os.path.join(self.out_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
             f.write(text + "\n")
         if verbose:
-            print(text)
+            log.debug("COCO evaluation (%s):\n%s", SUMMARY_FILE, text)
+            log.info("%s", short_summary(metrics, table))
 
         if plots:
             from msdet.engine.evaluation.plots import write_evaluation_plots
@@ -222,6 +224,23 @@ def per_class_ap(
         p = p[p > -1]
         aps.append(float(p.mean()) if p.size else -1.0)
     return aps
+
+
+def short_summary(metrics: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
+    """The console's form of an evaluation: the headline APs on one line (COCO's -1, no
+    ground truth of that size, as ``-``), then ``extra`` lines (the per-class table, the
+    speed)."""
+
+    def ap(key: str) -> str:
+        value = float(metrics[key])
+        return "-" if value < 0 else f"{value:.3f}"
+
+    head = (
+        f"mAP {ap('mAP')}  mAP50 {ap('mAP50')}  mAP75 {ap('mAP75')}  (small {ap('mAP_small')}, "
+        f"medium {ap('mAP_medium')}, large {ap('mAP_large')})  {metrics['images']} images, "
+        f"{metrics['detections']} detections"
+    )
+    return "\n".join([head, *extra])
 
 
 def format_ap_table(

@@ -268,7 +268,12 @@ def setup_cpu_kernels(
         return cpu_kernels.NATIVE
     if named is not None:
         kernels = named
-        log.info("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
+        log.info(
+            "CPU kernels: %d of msdet's %d, as runtime.cpu_kernels names them",
+            len(kernels),
+            len(cpu_kernels.KERNELS),
+        )
+        log.debug("CPU kernels: %s on msdet's kernels", cpu_kernels.kernels_text(kernels))
     else:
         import mindspore as ms
 
@@ -276,7 +281,8 @@ def setup_cpu_kernels(
 
         record = kernel_choice.decide(library, threads, ms.__version__)
         kernels = tuple(record["kernels"])
-        log.info("%s", kernel_choice.describe(record))
+        log.info("%s", kernel_choice.headline(record))
+        log.debug("%s", kernel_choice.describe(record))
     if not kernels:
         return cpu_kernels.NATIVE
     return cpu_kernels.enable(threads, kernels=kernels)

@@ -107,7 +107,7 @@ def save_atomic(cell: nn.Cell, path: str, extra: dict) -> None:
 def _space_note(cell: nn.Cell, path: str, err: BaseException) -> str:
     """For a full disk: what one checkpoint needs and what is free where it goes."""
     text = str(err).lower()
-    full = (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
     if not (full or "no space" in text or "disk full" in text or "quota" in text):
         return ""
     need = sum(int(p.data.nbytes) for p in cell.get_parameters() if not not_saved(p.name))

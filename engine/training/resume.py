@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from msdet.common.config import flatten
-from msdet.engine.training.checkpoint_files import epoch_files, resume_candidates
+from msdet.engine.training.checkpoint_files import LAST, epoch_files, resume_candidates
 from msdet.models.description import Description, read_description
 from msdet.models.weights import CheckpointError, read_checkpoint
 from msdet.models.yolox import architecture
@@ -78,11 +78,14 @@ def _newest_intact(run_dir: str) -> tuple[str, dict]:
             continue
         if failures:
             log.warning("resume: %s; resuming from %s instead", "; ".join(failures), path)
-        elif os.path.basename(path) != "last.ckpt":
+        elif os.path.basename(path) != LAST:
             log.warning(
-                "resume: %s is newer than checkpoints/last.ckpt (the run stopped while "
-                "writing its epoch's checkpoints): resuming from it",
+                "resume: %s is %s (the run stopped while writing its epoch's checkpoints): "
+                "resuming from it",
                 path,
+                "newer than checkpoints/last.ckpt"
+                if os.path.isfile(os.path.join(os.path.dirname(path), LAST))
+                else "there and checkpoints/last.ckpt is not",
             )
         return path, params
     raise CheckpointError(
@@ -150,9 +153,7 @@ def check_resume_fits(
     return changes
 
 
-def _model_mismatches(
-    description: Description, cfg: Any, class_names: Sequence[str]
-) -> list[str]:
+def _model_mismatches(description: Description, cfg: Any, class_names: Sequence[str]) -> list[str]:
     found = []
     saved = description.model
     if saved.get("name") != str(cfg.model.name):

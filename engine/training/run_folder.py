@@ -108,7 +108,9 @@ def accept_train_folder(run: Any) -> None:
         log.info(
             "%s: removing what a run stopped before its first checkpoint left (%s)",
             run.dir,
-            ", ".join(found + [os.path.basename(p) for p in partial_files(checkpoint_dir(run.dir))]),
+            ", ".join(
+                found + [os.path.basename(p) for p in partial_files(checkpoint_dir(run.dir))]
+            ),
         )
     for name in found:
         path = os.path.join(run.dir, name)

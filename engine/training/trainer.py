@@ -16,20 +16,20 @@ import time
 from typing import Any
 
 from mindspore import nn
-from mindspore.train import LossMonitor, Model, TimeMonitor
+from mindspore.train import Model
 from omegaconf import OmegaConf
 
 from msdet.data.buckets import check_graph_count, target_buckets
 from msdet.data.build import build_sources
 from msdet.data.pipeline import build_train_dataset, check_data_config
 from msdet.data.summary import summarise_annotations
+from msdet.engine.evaluation.coco import METRICS_FILE
 from msdet.engine.runtime.amp import apply_amp
 from msdet.engine.runtime.compiler import (
     collect_compile_failure,
     enable_compile_cache,
     training_graph_key,
 )
-from msdet.engine.evaluation.coco import METRICS_FILE
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered
@@ -37,6 +37,7 @@ from msdet.engine.training.callbacks.compile import CompileTrainingGraph
 from msdet.engine.training.callbacks.console import EpochSummary, StepProgress
 from msdet.engine.training.callbacks.evaluation import EvalCallback
 from msdet.engine.training.callbacks.monitoring import StepStats, UnreadableImagesReport
+from msdet.engine.training.callbacks.monitors import EpochTimeMonitor, StepLossMonitor
 from msdet.engine.training.callbacks.profiler import ProfilerCallback
 from msdet.engine.training.callbacks.records import (
     CheckpointCallback,
@@ -413,8 +414,10 @@ def _build_callbacks(
                 cbs.append(EarlyStopping(state, int(tcfg.patience)))
         cbs += [
             StepProgress(state),
-            LossMonitor(k * max(1, min(int(tcfg.log_interval), steps_per_sink))),
-            TimeMonitor(data_size=calls_per_sink),
+            StepLossMonitor(
+                k * max(1, min(int(tcfg.log_interval), steps_per_sink)), state.steps_per_epoch, k
+            ),
+            EpochTimeMonitor(data_size=calls_per_sink),
         ]
     if tcfg.stop_at_epoch:
         cbs.append(StopAtEpoch(state, int(tcfg.stop_at_epoch)))  # after the checkpoint

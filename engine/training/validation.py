@@ -21,7 +21,7 @@ import numpy as np
 from mindspore import nn
 
 from msdet.data.pipeline import build_eval_dataset, eval_positions
-from msdet.engine.evaluation.coco import DETECTIONS_FILE, METRICS_FILE, SUMMARY_FILE
+from msdet.engine.evaluation.coco import DETECTIONS_FILE, METRICS_FILE, SUMMARY_FILE, short_summary
 from msdet.engine.evaluation.detections import detections_in_image
 from msdet.engine.evaluation.loop import RankGather, evaluate_on_dataset
 from msdet.engine.evaluation.plots import FILES as PLOT_FILES
@@ -156,7 +156,11 @@ class TrainingEvaluation:
             for name in (METRICS_FILE, DETECTIONS_FILE, SUMMARY_FILE, *PLOT_FILES.values()):
                 shutil.copy(os.path.join(src, name), os.path.join(self.run_dir, name))
             with open(os.path.join(self.run_dir, SUMMARY_FILE), encoding="utf-8") as f:
-                print(f.read().rstrip())
+                text = f.read().rstrip()
+            log.debug("COCO evaluation (%s):\n%s", SUMMARY_FILE, text)
+            # The console's short form: the headline, then the summary's lines after
+            # pycocotools' twelve (the per-class table, the speed).
+            log.info("%s", short_summary(self.last_metrics, text.splitlines()[12:]))
             metrics = self.last_metrics
         else:
             self._load(network_weights(read_checkpoint(best)))

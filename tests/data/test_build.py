@@ -90,7 +90,10 @@ def test_a_wrong_image_folder_is_one_clear_error_before_training(tmp_path):
     traceback from inside GeneratorDataset."""
     cfg = shapes_as_coco(tmp_path)
     cfg.train.img_dir = "annotations"  # exists, but holds none of the images
-    with pytest.raises(FileNotFoundError, match=r"none of the 6 images of .*instances_train.json is in .*annotations \(the first: .*\): check data.train.img_dir"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"none of the 6 images of .*instances_train.json is in .*annotations \(the first: .*\): check data.train.img_dir",
+    ):
         build_sources(cfg)
 
 

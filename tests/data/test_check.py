@@ -269,5 +269,7 @@ def test_duplicate_image_ids_are_an_error_listing_them(tmp_path):
         (tmp_path / "imgs" / name).write_bytes(encoded(80, 100))
     images = [image(1, "a.jpg"), image(1, "b.jpg"), image(1, "c.jpg")]
     write_split(tmp_path, images, [ann(1, 1, 3, [10, 10, 30, 30])])
-    with pytest.raises(DatasetError, match=r"2 image entries reuse .*'a.jpg' and 'b.jpg'; .*'c.jpg'"):
+    with pytest.raises(
+        DatasetError, match=r"2 image entries reuse .*'a.jpg' and 'b.jpg'; .*'c.jpg'"
+    ):
         check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)

@@ -144,7 +144,9 @@ def test_duplicate_image_ids_are_an_error_naming_both_files(coco_dir):
             {"id": 11, "file_name": "empty.jpg", "height": 40, "width": 40},
         ],
     )
-    with pytest.raises(ValueError, match=r"merged.json: image id 11 is used by two images, a.jpg and empty.jpg"):
+    with pytest.raises(
+        ValueError, match=r"merged.json: image id 11 is used by two images, a.jpg and empty.jpg"
+    ):
         CocoSource(str(coco_dir), ann_file, "images")
 
 

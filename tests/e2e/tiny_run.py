@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.support import ROOT
 
@@ -52,9 +53,16 @@ def tiny_val_split(cache_dir, *overrides: str) -> tuple[Path, Path]:
 
 
 def run_entry(
-    script: str, run_dir, cache_dir, *overrides: str, timeout: int = 900, tiny: bool = True
+    script: str,
+    run_dir,
+    cache_dir,
+    *overrides: str,
+    timeout: int = 900,
+    tiny: bool = True,
+    **popen: Any,
 ) -> subprocess.CompletedProcess:
-    """``python <script> <TINY> <overrides>`` with its run folder and dataset cache.
+    """``python <script> <TINY> <overrides>`` with its run folder and dataset cache
+    (``popen``: more arguments of ``subprocess.run``, e.g. ``preexec_fn``).
 
     ``timeout`` only guards against a hang: a shared machine can run several times slower
     than usual (a tiny run takes ~30 s idle, over 300 s was seen under load)."""
@@ -66,7 +74,7 @@ def run_entry(
         f"run.dir={run_dir}",
         *overrides,
     ]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **popen)
 
 
 def read_results(run_dir) -> list[dict[str, float]]:

@@ -85,24 +85,36 @@ def evaluate(tmp_path, dets, counts, ids, scales, sizes, **kwargs):
     return ev.evaluate(**kwargs)
 
 
-def test_perfect_detections_give_ap_one(tmp_path, capsys):
+def test_perfect_detections_give_ap_one(tmp_path, caplog):
+    import logging
+
     _, objects = ground_truth()
-    metrics = evaluate(
-        tmp_path,
-        *model_detections(objects),
-        speed={"preprocess": 1.0, "inference": 20.0, "nms": 2.5},
-    )
+    with caplog.at_level(logging.DEBUG, logger="msdet.engine.evaluation.coco"):
+        metrics = evaluate(
+            tmp_path,
+            *model_detections(objects),
+            speed={"preprocess": 1.0, "inference": 20.0, "nms": 2.5},
+        )
     assert metrics["mAP"] == pytest.approx(1.0)
     assert metrics["mAP50"] == metrics["mAP75"] == pytest.approx(1.0)
     assert metrics["mAP_large"] == pytest.approx(1.0)
     assert metrics["mAP_small"] == metrics["mAP_medium"] == -1.0  # no such objects
     assert metrics["per_class"] == pytest.approx({"disc": 1.0, "box": 1.0, "triangle": 1.0})
     assert metrics["images"] == 4 and metrics["detections"] == 4
-    out = capsys.readouterr().out
-    assert "Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 1.000" in out
-    assert out.count("Average Precision") == 6 and out.count("Average Recall") == 6
-    assert "triangle" in out
-    assert "Speed: 1.0 ms pre-process, 20.0 ms inference, 2.5 ms NMS per image" in out
+    # The console (INFO): the headline on one line, the per-class table, the speed.
+    console = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
+    assert console.startswith(
+        "mAP 1.000  mAP50 1.000  mAP75 1.000  (small -, medium -, large 1.000)"
+    )
+    assert "triangle" in console and "Average Precision" not in console
+    assert "Speed: 1.0 ms pre-process, 20.0 ms inference, 2.5 ms NMS per image" in console
+    # pycocotools' twelve lines: in the log file (DEBUG) and coco_summary.txt.
+    summary = (tmp_path / "coco_summary.txt").read_text()
+    assert (
+        "Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 1.000" in summary
+    )
+    assert summary.count("Average Precision") == 6 and summary.count("Average Recall") == 6
+    assert summary in caplog.text + "\n"
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
 
 
@@ -153,16 +165,19 @@ def test_class_indices_map_to_non_contiguous_category_ids(tmp_path):
     assert per_class["box"] == 0.0 and per_class["triangle"] == pytest.approx(0.5)
 
 
-def test_no_detections_give_zero_ap_without_crashing(tmp_path, capsys):
+def test_no_detections_give_zero_ap_without_crashing(tmp_path, caplog):
+    import logging
+
     _, objects = ground_truth()
     dets, counts, ids, scales, sizes = model_detections(objects)
-    metrics = evaluate(tmp_path, np.zeros_like(dets), np.zeros_like(counts), ids, scales, sizes)
+    with caplog.at_level(logging.INFO, logger="msdet.engine.evaluation.coco"):
+        metrics = evaluate(tmp_path, np.zeros_like(dets), np.zeros_like(counts), ids, scales, sizes)
     assert metrics["mAP"] == 0.0 and metrics["mAP50"] == 0.0
     assert metrics["per_class"] == {"disc": 0.0, "box": 0.0, "triangle": 0.0}
     assert metrics["detections"] == 0 and metrics["images"] == 4
     assert json.loads((tmp_path / "detections.json").read_text()) == []
     assert os.path.isfile(tmp_path / "metrics.json")
-    assert "No detections" in capsys.readouterr().out
+    assert "No detections" in caplog.text
 
 
 def test_metrics_agree_with_an_independent_pycocotools_run(tmp_path):
@@ -307,9 +322,7 @@ def test_an_unreadable_val_image_keeps_its_ground_truth(tmp_path):
     assert metrics["per_class_AP50"]["disc"] == pytest.approx(1.0)
 
 
-def test_images_resized_after_labelling_are_scored_in_the_annotations_coordinates(
-    tmp_path, caplog
-):
+def test_images_resized_after_labelling_are_scored_in_the_annotations_coordinates(tmp_path, caplog):
     """Issue: training scaled the boxes of an image whose pixels differ from its annotated
     size, evaluation did not: a perfect detector scored mAP 1.0 on correct files, 0.0 with
     the files at half size. The 'detector' here finds the white object in the letterboxed

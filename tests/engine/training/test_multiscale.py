@@ -194,7 +194,9 @@ def test_trainer_reads_and_checks_the_keys():
     from msdet.engine.runtime.process import Runtime
     from msdet.engine.training.schedule import multiscale_settings, sink_plan
 
-    assert multiscale_settings(OmegaConf.create({"multiscale_range": 5, "multiscale_interval": 10})) == (5, 10)
+    assert multiscale_settings(
+        OmegaConf.create({"multiscale_range": 5, "multiscale_interval": 10})
+    ) == (5, 10)
     with pytest.raises(ValueError, match="train.multiscale_interval"):
         multiscale_settings(OmegaConf.create({"multiscale_range": 2, "multiscale_interval": 0}))
     with pytest.raises(ValueError, match="train.multiscale_range"):

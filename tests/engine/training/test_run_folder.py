@@ -97,7 +97,8 @@ def test_resume_auto_without_a_folder_takes_the_latest_resumable_run(tmp_path):
     (newer / "checkpoints").mkdir(parents=True)  # killed before its first checkpoint
     os.utime(older, (1, 1))
     cfg = SimpleNamespace(
-        train=SimpleNamespace(resume="auto"), run=SimpleNamespace(dir=None, name=None, root=str(root))
+        train=SimpleNamespace(resume="auto"),
+        run=SimpleNamespace(dir=None, name=None, root=str(root)),
     )
     locate_resumed_run(cfg)
     assert cfg.run.dir == str(older)

@@ -1,0 +1,160 @@
+"""The fault suite: what a run gets when it is resumed wrongly, killed at a write, out of disk
+space or pointed at data it cannot read (docs/run-safety.md lists every fault and its
+outcome). Each case starts from one finished tiny run, copied, so only the cases that must
+train do."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+
+import pytest
+
+from tests.e2e.tiny_run import read_results, run_entry
+
+pytestmark = pytest.mark.slow
+
+QUIET = [
+    "train.tensorboard=false",
+    "train.epochs=1",
+    "train.warmup_epochs=0",
+    "train.no_aug_epochs=0",
+]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, cache_dir):
+    """One run of one epoch, trained to the end (metrics.json written)."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run_dir
+
+
+def copy_of(finished, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    os.remove(run_dir / ".msdet.lock")
+    return run_dir
+
+
+def output(out) -> str:
+    return out.stdout + out.stderr
+
+
+def test_a_finished_run_resumed_says_it_is_finished(finished, tmp_path, cache_dir):
+    run_dir = copy_of(finished, tmp_path)
+    before = (run_dir / "metrics.json").read_text()
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET, "train.resume=auto")
+    assert out.returncode == 0, output(out)[-3000:]
+    assert "this run is finished: all 1 epochs trained" in output(out)
+    assert (run_dir / "metrics.json").read_text() == before
+    assert [r["epoch"] for r in read_results(run_dir)] == [1]
+
+
+def test_a_run_killed_in_its_final_evaluation_completes_it_on_resume(finished, tmp_path, cache_dir):
+    run_dir = copy_of(finished, tmp_path)
+    want = json.loads((run_dir / "metrics.json").read_text())
+    os.remove(run_dir / "metrics.json")
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET, "train.resume=auto")
+    assert out.returncode == 0, output(out)[-3000:]
+    assert "the final evaluation is missing: evaluating now" in output(out)
+    got = json.loads((run_dir / "metrics.json").read_text())
+    assert want["mAP50"] > 0 and got["mAP"] == pytest.approx(want["mAP"], abs=1e-6)
+
+
+def test_resume_with_other_classes_or_size_is_refused_naming_both(finished, tmp_path, cache_dir):
+    run_dir = copy_of(finished, tmp_path)
+    listing = sorted(os.listdir(run_dir / "checkpoints"))
+    out = run_entry(
+        "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "data=shapes_stars"
+    )
+    assert out.returncode == 1, output(out)[-3000:]
+    assert "classes: checkpoint ['disc', 'rectangle', 'triangle'], dataset shapes_stars" in output(
+        out
+    )
+    out = run_entry(
+        "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "data.img_size=[160,160]"
+    )
+    assert out.returncode == 1
+    assert "data.img_size: checkpoint [128, 128], config [160, 160]" in output(out)
+    assert sorted(os.listdir(run_dir / "checkpoints")) == listing
+
+
+def test_resume_with_more_epochs_and_another_lr_logs_the_changes(finished, tmp_path, cache_dir):
+    run_dir = copy_of(finished, tmp_path)
+    out = run_entry(
+        "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "train.epochs=2",
+        "train.lr_per_img=0.002",
+    )  # fmt: skip
+    assert out.returncode == 0, output(out)[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "resume: train.epochs changed from 1 to 2" in log
+    assert "resume: train.lr_per_img changed from" in log and "to 0.002" in log
+    assert [r["epoch"] for r in read_results(run_dir)] == [1, 2]
+
+
+def test_a_kill_before_last_ckpt_resumes_from_the_epoch_file(finished, tmp_path, cache_dir):
+    """Killed after epoch_0001.ckpt and before last.ckpt: nothing after them was written."""
+    run_dir = copy_of(finished, tmp_path)
+    for name in ("checkpoints/last.ckpt", "results.csv", "metrics.json"):
+        os.remove(run_dir / name)
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "train.epochs=2")
+    assert out.returncode == 0, output(out)[-3000:]
+    assert "epoch_0001.ckpt is there and checkpoints/last.ckpt is not" in output(out)
+    assert "after epoch 1 of 2" in (run_dir / "train.log").read_text()
+    assert [r["epoch"] for r in read_results(run_dir)] == [2]
+
+
+def test_resume_of_another_run_into_a_used_folder_leaves_it_untouched(
+    finished, tmp_path, cache_dir
+):
+    a = copy_of(finished, tmp_path)
+    b = tmp_path / "b"
+    shutil.copytree(finished, b)
+    before = {n: (a / "checkpoints" / n).read_bytes() for n in os.listdir(a / "checkpoints")}
+    out = run_entry(
+        "train.py", a, cache_dir, *QUIET, f"train.resume={b}/checkpoints/epoch_0001.ckpt"
+    )
+    assert out.returncode == 1 and "would continue another run over it" in output(out)
+    assert {
+        n: (a / "checkpoints" / n).read_bytes() for n in os.listdir(a / "checkpoints")
+    } == before
+
+
+def limit_file_size(limit: int):
+    """A file-size limit: every write past ``limit`` bytes fails (EFBIG), as on a full disk."""
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_full_disk_stops_the_run_cleanly_and_writes_nothing_after(tmp_path, cache_dir):
+    """A checkpoint (about 11 MB for this model) cannot be written; the run's small files
+    can. The run stops with the space it needs, leaves no partial file, and records no epoch
+    it has no checkpoint of."""
+    run_dir = tmp_path / "full"
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET, preexec_fn=limit_file_size(4 * 2**20))
+    assert out.returncode == 1, output(out)[-3000:]
+    text = output(out)
+    assert (
+        "could not write" in text and "MiB are free" in text and "a checkpoint needs about" in text
+    )
+    assert "Traceback" not in out.stderr.split("error:")[0]
+    assert os.listdir(run_dir / "checkpoints") == []  # no partial file of any name
+    assert not (run_dir / "results.csv").exists() and not (run_dir / "metrics.json").exists()
+
+
+def test_a_wrong_image_folder_is_one_line_before_any_step(tmp_path, cache_dir):
+    out = run_entry("train.py", tmp_path / "run", cache_dir, "data.train.img_dir=annotations")
+    assert out.returncode == 1
+    errors = [line for line in output(out).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "check data.train.img_dir" in errors[0]
+    assert "Traceback" not in output(out)
+    assert not (tmp_path / "run").exists()  # a failed command leaves no folder
