@@ -12,7 +12,9 @@ type them. Around Hydra's composition this module decides, before any work start
 - whether each value fits its key (:mod:`msdet.common.schema`): ``train.epochs=2.5`` is an
   error naming the key, the value and what it takes;
 - paths and globs (``source``, ``ckpt``, ``data.root``, ...) are taken as typed, so
-  ``source=photos/[ab]*.jpg`` needs no Hydra quoting.
+  ``source=photos/[ab]*.jpg`` needs no Hydra quoting;
+- ``data=path/to/dataset`` (a folder or a YOLO ``data.yaml``) is a dataset given by its
+  folder: :func:`dataset_folder`.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
     from omegaconf import OmegaConf, open_dict
 
     spec = COMMANDS[command]
-    parsed = parse_overrides(overrides)
+    parsed = dataset_folder(parse_overrides(overrides))
     groups = [o for o in parsed if o.key in GROUPS]
     for o in groups:
         _check_group_option(o)
@@ -179,6 +181,34 @@ def parse_overrides(overrides: Iterable[str]) -> list[Override]:
             first = str(err).splitlines()[0]
             raise ConfigError(f"{text}: not a value msdet can read ({first})") from err
         out.append(Override(key, parsed.value(), f"{key}={raw}"))
+    return out
+
+
+def dataset_folder(parsed: list[Override]) -> list[Override]:
+    """``data=PATH`` (a folder or a YOLO ``data.yaml``, not one of ``configs/data/``): the
+    ``coco`` group with ``data.root=PATH``, ``data.name`` the folder's name and the split
+    paths null, to be found in the folder (``msdet.data.folders``). Overrides typed after
+    it (``data.img_size=...``, a split path) still apply."""
+    out = []
+    typed = {o.key for o in parsed}
+    for o in parsed:
+        raw = o.text.partition("=")[2]
+        if o.key != "data" or raw in group_options("data") or not os.path.exists(raw):
+            out.append(o)
+            continue
+        root = os.path.abspath(raw)
+        name = os.path.basename(root.rstrip(os.sep))
+        if name.endswith((".yaml", ".yml")):
+            name = os.path.basename(os.path.dirname(root))
+        out.append(Override("data", "coco", "data=coco"))
+        out += [Override(k, v, f"{k}={v}", verbatim=True)
+                for k, v in (("data.root", root), ("data.name", name))]  # fmt: skip
+        out += [
+            Override(f"data.{split}.{part}", None, f"data.{split}.{part}=null", verbatim=True)
+            for split in ("train", "val")
+            for part in ("ann_file", "img_dir")
+            if f"data.{split}.{part}" not in typed
+        ]
     return out
 
 

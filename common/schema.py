@@ -224,10 +224,10 @@ SCHEMA: dict[str, Spec] = {
     "data.min_object_size": Spec("int", low=1),
     "data.cache_dir": Spec("str"),
     "data.root": PATH_OR_NULL,
-    "data.train.ann_file": Spec("str"),
-    "data.train.img_dir": Spec("str"),
-    "data.val.ann_file": Spec("str"),
-    "data.val.img_dir": Spec("str"),
+    "data.train.ann_file": Spec("str", null=True),  # null: found in data.root
+    "data.train.img_dir": Spec("str", null=True),  # null: found in data.root
+    "data.val.ann_file": Spec("str", null=True),  # null: found in data.root
+    "data.val.img_dir": Spec("str", null=True),  # null: found in data.root
     "data.img_size": Spec("size"),
     "data.max_objects": INT_POSITIVE,
     "data.target_buckets": Spec("ints", low=1, check=_ascending),

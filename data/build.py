@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from msdet.data.coco import CocoSource
+from msdet.data.folders import find_layout
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
 
@@ -44,21 +45,45 @@ def dataset_root(data_cfg: Any) -> str:
     if not data_cfg.root:
         raise ValueError(f"data.root must be set for dataset {data_cfg.name!r}")
     root = os.path.abspath(str(data_cfg.root))
-    if not os.path.isdir(root):
+    if not os.path.isdir(root) and not (os.path.isfile(root) and root.endswith((".yaml", ".yml"))):
         raise FileNotFoundError(f"dataset root not found: {root} (data.root)")
     return root
 
 
-def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
-    """The (train, val) sources of ``data_cfg``.
+def split_paths(data_cfg: Any, splits: tuple[str, ...] = ("train", "val")) -> dict[str, tuple[str, str]]:
+    """split -> (annotation file, image folder), absolute.
 
     The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
-    split is ``data.{train,val}.{ann_file,img_dir}`` relative to it. A missing annotation
-    file or image folder raises ``FileNotFoundError`` naming the path.
-    """
+    split is ``data.<split>.{ann_file,img_dir}`` relative to it. Paths left null (a dataset
+    given as ``data=path/to/folder``) are found in the folder (:mod:`msdet.data.folders`:
+    COCO json files, or YOLO labels converted once)."""
     root = dataset_root(data_cfg)
-    train = CocoSource(root, data_cfg.train.ann_file, data_cfg.train.img_dir)
-    val = CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+    given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
+    if all(ann is not None and img is not None for ann, img in given.values()):
+        return {s: (os.path.join(root, str(a)), os.path.join(root, str(i))) for s, (a, i) in given.items()}
+    layout = find_layout(root, str(data_cfg.cache_dir), splits)
+    paths = {}
+    for split, (ann, img) in given.items():
+        found_ann, found_img = layout.splits[split]
+        paths[split] = (
+            os.path.join(root, str(ann)) if ann is not None else found_ann,
+            os.path.join(root, str(img)) if img is not None else found_img,
+        )
+    log.info(
+        "data=%s: %s dataset, %s",
+        root,
+        layout.kind.upper(),
+        "; ".join(f"{s} {a} with images in {i}" for s, (a, i) in paths.items()),
+    )
+    return paths
+
+
+def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
+    """The (train, val) sources of ``data_cfg`` (:func:`split_paths`). A missing
+    annotation file or image folder raises ``FileNotFoundError`` naming the path."""
+    paths = split_paths(data_cfg)
+    train = CocoSource("", *paths["train"])
+    val = CocoSource("", *paths["val"])
     if train.category_ids != val.category_ids:
         raise ValueError(
             f"train and val have different categories: {train.ann_file} has ids "
@@ -82,8 +107,7 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
 
 def build_val_source(data_cfg: Any) -> CocoSource:
     """The val source of ``data_cfg`` alone (eval.py needs no train split)."""
-    root = dataset_root(data_cfg)
-    val = CocoSource(root, data_cfg.val.ann_file, data_cfg.val.img_dir)
+    val = CocoSource("", *split_paths(data_cfg, ("val",))["val"])
     check_images_present(val, "data.val.img_dir")
     return val
 
@@ -130,7 +154,7 @@ def dataset_classes(data_cfg: Any) -> tuple[list[str], list[int]]:
     if data_cfg.name == "shapes":
         categories = list(categories_for(tuple(data_cfg.classes or ()) or None))
     else:
-        path = os.path.join(str(data_cfg.root or ""), str(data_cfg.val.ann_file))
+        path = split_paths(data_cfg, ("val",))["val"][0]
         try:
             with open(path, encoding="utf-8") as f:
                 categories = json.load(f)["categories"]

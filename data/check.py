@@ -36,7 +36,7 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
-from msdet.data.build import dataset_root
+from msdet.data.build import split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
 from msdet.data.config import input_size
 from msdet.data.image_io import ImageReadError, read_image
@@ -315,16 +315,14 @@ def check_dataset(
     long decode of train. Train and val with different categories is an error in the
     first split's report (training refuses them).
     """
-    root = dataset_root(data_cfg)
+    paths = split_paths(data_cfg, tuple(splits))
     img_size = input_size(data_cfg.img_size, "data.img_size")
     order = sorted(splits, key=lambda s: s != "val")
     checks = {}
     for split in order:
-        split_cfg = data_cfg[split]
         checks[split] = check_split(
-            root,
-            str(split_cfg.ann_file),
-            str(split_cfg.img_dir),
+            "",
+            *paths[split],
             img_size,
             split,
             workers,

@@ -42,7 +42,7 @@ FIRST_RTOL, LATER_RTOL = 1e-5, 1e-3
 
 def step_losses(console: str) -> list[float]:
     """The per-step losses LossMonitor printed (train.log_interval=1)."""
-    return [float(v) for v in re.findall(r"epoch: 1 step: \d+, loss is ([-\d.eE+]+)", console)]
+    return [float(v) for v in re.findall(r"  step \d+/\d+  loss ([-\d.eE+]+)", console)]
 
 
 def run_files(run_dir) -> set[str]:

@@ -1,0 +1,98 @@
+"""A dataset given by its folder (``data=PATH``): COCO and YOLO layouts found, YOLO labels
+converted once, and the config loader turning ``data=PATH`` into the coco group."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from msdet.common.config import load_config
+from msdet.data.build import build_sources, build_val_source, dataset_classes
+from msdet.data.folders import DatasetFolderError, find_layout, labels_folder
+
+
+def write_image(path, h: int, w: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.full((h, w, 3), 90, dtype=np.uint8))
+
+
+@pytest.fixture()
+def ultralytics(tmp_path):
+    """A YOLO dataset as Ultralytics ships them: data.yaml, images/ and labels/ per split."""
+    root = tmp_path / "boats"
+    for split, n in (("train", 3), ("val", 2)):
+        for i in range(n):
+            write_image(root / "images" / split / f"{i}.jpg", 60, 80)
+            label = root / "labels" / split / f"{i}.txt"
+            label.parent.mkdir(parents=True, exist_ok=True)
+            label.write_text(f"{i % 2} 0.5 0.5 0.25 0.5\n")
+    (root / "data.yaml").write_text(
+        "path: .\ntrain: images/train\nval: images/val\nnames:\n  0: boat\n  1: buoy\n"
+    )
+    return root
+
+
+def test_a_yolo_data_yaml_is_read_with_one_argument(ultralytics, tmp_path, caplog):
+    cfg = load_config("train", [f"data={ultralytics}", f"data.cache_dir={tmp_path / 'cache'}"])
+    assert cfg.data.name == "boats" and cfg.data.root == str(ultralytics)
+    with caplog.at_level(logging.INFO, logger="msdet.data.folders"):
+        train, val = build_sources(cfg.data)
+    assert (len(train), len(val)) == (3, 2) and train.class_names == ["boat", "buoy"]
+    boxes, labels = train.annotations(1)
+    np.testing.assert_allclose(boxes, [[30, 15, 50, 45]], atol=1e-3)
+    assert labels.tolist() == [1]
+    assert caplog.text.count("converting the YOLO labels") == 2
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="msdet.data.folders"):
+        build_sources(cfg.data)  # converted once
+        assert "converting" not in caplog.text
+        (ultralytics / "labels" / "val" / "0.txt").write_text("1 0.5 0.5 0.5 0.5\n")
+        assert build_val_source(cfg.data).annotations(0)[1].tolist() == [1]
+    assert caplog.text.count("converting the YOLO labels") == 1  # val only: its label changed
+    assert dataset_classes(cfg.data) == (["boat", "buoy"], [1, 2])
+
+
+def test_the_yaml_itself_can_be_given_and_settings_after_it_apply(ultralytics, tmp_path):
+    cfg = load_config(
+        "eval",
+        [f"data={ultralytics / 'data.yaml'}", f"data.cache_dir={tmp_path}", "data.img_size=[64,64]"],
+    )
+    assert cfg.data.name == "boats" and list(cfg.data.img_size) == [64, 64]
+    assert len(build_val_source(cfg.data)) == 2
+
+
+def test_a_coco_folder_is_read_with_one_argument(tmp_path):
+    """The built-in shapes set as written to disk: annotations/instances_{train,val}.json,
+    images in train/ and val/."""
+    from omegaconf import OmegaConf
+
+    from msdet.common.config import CONFIG_DIR
+
+    shapes = OmegaConf.load(os.path.join(CONFIG_DIR, "data", "shapes.yaml"))
+    shapes.root, shapes.num_train, shapes.num_val = str(tmp_path / "set"), 6, 3
+    build_sources(shapes)  # generates the set
+    cfg = load_config("train", [f"data={tmp_path / 'set'}"])
+    train, val = build_sources(cfg.data)
+    assert (len(train), len(val)) == (6, 3)
+    assert train.img_dir == str(tmp_path / "set" / "train") and val.class_names[0] == "disc"
+
+
+def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
+    (tmp_path / "photos").mkdir()
+    with pytest.raises(DatasetFolderError, match="a YOLO data.yaml, COCO json files"):
+        find_layout(str(tmp_path / "photos"), str(tmp_path))
+    (tmp_path / "yolo" / "images").mkdir(parents=True)
+    (tmp_path / "yolo" / "labels").mkdir()
+    with pytest.raises(DatasetFolderError, match="needs its class names"):
+        find_layout(str(tmp_path / "yolo"), str(tmp_path))
+
+
+def test_labels_are_where_ultralytics_puts_them():
+    assert labels_folder("/d/images/train") == "/d/labels/train"
+    assert labels_folder("/images/d/images") == "/images/d/labels"
+    with pytest.raises(DatasetFolderError, match="has no 'images'"):
+        labels_folder("/d/pictures/train")
