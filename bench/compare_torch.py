@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     for r in range(args.rounds):
         # Each pair in reverse every other round: on a shared machine the first run of a
-        # pair was measured faster whichever side it was (BENCHMARKS.md, "Target-count
-        # buckets"), which would favour the side that always went first.
+        # pair was measured faster whichever side it was, which would favour the side that always went first.
         order = [entry for pair in pairs for entry in (pair if r % 2 == 0 else pair[::-1])]
         for key, cmd in order:
             res = run(cmd, caps["pytorch" if key.startswith("torch") else "msdet"])

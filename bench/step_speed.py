@@ -154,7 +154,7 @@ def alternate(args, argv: list[str]) -> dict:
     runs: dict[str, list[dict]] = {v: [] for v in choices}
     for r in range(args.rounds):
         # Every other round in reverse: on this shared machine the first run of a round was
-        # measured faster whichever value it had (BENCHMARKS.md, "Target-count buckets").
+        # measured faster whichever value it had.
         for value in choices if r % 2 == 0 else choices[::-1]:
             cmd = [sys.executable, "-m", "msdet.bench.step_speed", *rest, f"{key}={value}"]
             done = subprocess.run(cmd, capture_output=True, text=True)

@@ -67,7 +67,7 @@ class BatchNormSiLU(nn.Cell):
     statistics (evaluation). The update is made in the kernel, in place: as separate
     operators it added ~10 small operators per layer, ~1,000 per YOLOX-nano step, whose
     launches cost more than their arithmetic, and an ``Assign`` of each statistic held
-    compiled-graph memory of its own (BENCHMARKS.md).
+    compiled-graph memory of its own.
     """
 
     def __init__(self, eps: float, momentum: float, library: str):

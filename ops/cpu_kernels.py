@@ -52,7 +52,7 @@ CACHE_VAR = "MSDET_CACHE_DIR"
 # -fno-trapping-math: without it GCC vectorises the sigmoid loops of batchnorm_silu.cc only
 # where AVX-512 masks can hide the comparisons of exp's clamp (they might raise an FP
 # exception); on AVX2 or SSE those loops stayed scalar, and BatchNorm + SiLU ran 2-2.7x
-# slower than MindSpore's operators (BENCHMARKS.md). msdet reads no FP exception flags, and
+# slower than MindSpore's operators. msdet reads no FP exception flags, and
 # the flag changes no result (no reassociation, unlike -ffast-math).
 # -fno-math-errno: sqrt() need not set errno, so the loops calling it vectorise (the
 # SimOTA class cost's); it changes no result either.

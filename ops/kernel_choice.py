@@ -4,7 +4,7 @@ Whether a direct loop on an OpenMP team beats MindSpore's operator depends on th
 caches and how quickly the team's sleeping threads wake up between operators: msdet's
 depthwise and BatchNorm + SiLU kernels made the YOLOX-nano step 1.35x faster on an Intel
 Xeon and 1.27x on an AVX-512 AMD EPYC, but slower on an AVX2-only AMD EPYC (0.88 vs
-0.70-0.81 s, BENCHMARKS.md). So ``runtime.cpu_kernels=auto`` does not assume: the first
+0.70-0.81 s). So ``runtime.cpu_kernels=auto`` does not assume: the first
 time a library is used with a thread count, :func:`measure` runs short benchmarks in a
 separate process (its graphs, memory and random state never touch the training process)
 and keeps a kernel only where its rule says so.

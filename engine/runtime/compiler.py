@@ -44,8 +44,7 @@ GRAPH_NEUTRAL_KEYS = (
 # (AKG-generated kernels on CPU, DVM on Ascend). "safe" leaves Log, Exp and Sqrt out of the
 # clusters: AKG's versions of them moved the first loss by ~1e-5 relative, which SimOTA's
 # discrete assignment turns into different losses a few steps later; without them the
-# first loss is the unfused graph's and later ones differ by rounding (BENCHMARKS.md,
-# "Kernel fusion").
+# first loss is the unfused graph's and later ones differ by rounding.
 FUSION_FLAGS = {
     "off": None,
     "safe": "--opt_level=1 --disable_cluster_ops=Log,Exp,Sqrt",

@@ -9,7 +9,7 @@ import ctypes.util
 def release_free_heap() -> bool:
     """Hand the C heap's free pages back to the operating system (glibc's ``malloc_trim``).
 
-    Compiling a graph frees ~270 MiB of heap (YOLOX-nano training step, BENCHMARKS.md) that
+    Compiling a graph frees ~270 MiB of heap (YOLOX-nano training step) that
     glibc keeps resident; MindSpore's memory pool then maps new memory for the step's
     tensors instead of reusing it. Called between a compile and the first run, it lowers the
     training peak by that much. Returns False where there is no glibc (nothing to do).

@@ -3,7 +3,7 @@
 //
 // Why: every YOLOX block is conv -> BatchNorm -> SiLU. On CPU, MindSpore 2.10 runs SiLU as
 // Sigmoid + Mul and its gradient as five element-wise operators, and its BatchNormGrad is
-// ~3x slower than PyTorch's (profile in BENCHMARKS.md). Here the forward reads the
+// ~3x slower than PyTorch's. Here the forward reads the
 // convolution's output three times (mean, variance, normalise + activate) and the backward
 // reads it twice and the incoming gradient once, recomputing the pre-activation instead of
 // storing it; no intermediate tensor is kept for the backward pass.
@@ -12,8 +12,8 @@
 // variance for normalising; evaluation: the running statistics) followed by x * sigmoid(x).
 // The training forward also moves the layer's running statistics by the batch, writing
 // them in place (ops/batchnorm_silu.py declares those two inputs written: an Assign per
-// statistic per layer held far more of the compiled graph's memory than its work is worth,
-// BENCHMARKS.md). Channels are split over msdet_threads() threads (threads.h).
+// statistic per layer held far more of the compiled graph's memory than its work is worth).
+// Channels are split over msdet_threads() threads (threads.h).
 //
 // Layouts (float32, contiguous): x, y, dy, dx [N, C, H, W]; gamma, beta, batch and running
 // statistics, dgamma, dbeta [C]; (eps, keep) [2], keep being the weight of the running value

@@ -4,7 +4,7 @@
 // Why: msdet's static shapes evaluate the class BCE on all B x A anchors (the original only
 // on the foreground ones), and MindSpore builds it from ~12 element-wise operators over
 // [B, A, C] (the one-hot target, the IoU tiled over the classes, the six of the stable BCE)
-// and a ReduceSum over the classes that alone takes ~2 ms at [8, 2100, 80] (BENCHMARKS.md).
+// and a ReduceSum over the classes that alone takes ~2 ms at [8, 2100, 80].
 // Here the forward reads the logits once and writes one value per anchor, and the backward
 // reads them once and writes the gradient.
 //

@@ -5,7 +5,7 @@
 // Why: engine.train_step.ModelEMA keeps the averages in one flat buffer, but reading the
 // parameters into it took a Reshape per parameter, a Concat, a Lerp and an Assign, ~117
 // operators of a YOLOX-nano step; every operator of a compiled graph holds memory of its
-// own (BENCHMARKS.md). Here the parameters are read where they are.
+// own. Here the parameters are read where they are.
 //
 // The same arithmetic as MindSpore's CPU Lerp, element by element, so the same bits
 // (tests/ops/test_ema.py): average = average + (value - average) * weight. Contracting the

@@ -5,8 +5,8 @@
 // Why: the stem is the training step's largest layer. On MindSpore's operators it is the
 // phases (a one-hot 2x2 stride-2 convolution), then a 12-channel convolution at half the
 // image's side, whose forward and weight gradient oneDNN (held to AVX2, engine/device.py)
-// runs as im2col + GEMM: 1.7 + 6.3 + 8.3 ms per YOLOX-nano step at 320 px on a Zen 5 EPYC
-// (BENCHMARKS.md). Here the phases are read straight from the image into a padded buffer
+// runs as im2col + GEMM: 1.7 + 6.3 + 8.3 ms per YOLOX-nano step at 320 px on a Zen 5 EPYC.
+// Here the phases are read straight from the image into a padded buffer
 // per image, and both passes are register-blocked loops in this CPU's vector width.
 //
 // Layouts (float32, contiguous): x [N, C, H, W] with H, W even; the phases F [4C, H/2, W/2]

@@ -4,7 +4,7 @@
 // Why: on MindSpore's operators the terms take ~60 operators per step (slices of the head's
 // output and their zero-filled gradients, the foreground boxes' decoding and IoU, the
 // objectness and class BCEs, the L1 term, four ReduceSums) for ~300 foreground anchors and
-// one BCE per anchor (BENCHMARKS.md). Here the forward reads the head's output once, the
+// one BCE per anchor. Here the forward reads the head's output once, the
 // backward writes its gradient once.
 //
 // Semantics (ops/loss_terms.py, the operators' path it replaces): for anchor r = (b, a)

@@ -6,8 +6,7 @@
 // to AVX2 (engine/device.py: uncapped it picks a reference path on AVX-512 CPUs), as GEMMs
 // on plain NCHW; here each is a register-blocked product in this CPU's own vector width.
 // The weight gradient stays MindSpore's (ops/pointwise_conv.py): a kernel of the same form
-// (4 x 4 channel pairs summed over pixel chunks) made the training step no faster (BENCHMARKS.md,
-// "On the Zen 5 EPYC, a seventh time").
+// (4 x 4 channel pairs summed over pixel chunks) made the training step no faster.
 //
 // Layouts (float32, contiguous): x [N, C, H, W] (P = H * W pixels per plane), w [O, C, 1, 1],
 // y [N, O, H, W], y[n, o, p] = sum over c of w[o, c] x[n, c, p]. The input gradient is the

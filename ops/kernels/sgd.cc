@@ -5,7 +5,7 @@
 // Why: MindSpore's `SGD` is one operator per parameter, 330 for YOLOX-nano; each is small
 // (1.5 ms for all of them per step) but each adds its share of the compiled graph's memory
 // and of the runtime's time between operators: a step with 329 of them removed held 49 MiB
-// less and ran ~10 ms shorter (BENCHMARKS.md).
+// less and ran ~10 ms shorter.
 //
 // The same arithmetic as MindSpore's CPU `SGD` kernel, element by element and in the same
 // order, so the same bits (tests/ops/test_sgd.py compares them over several steps):

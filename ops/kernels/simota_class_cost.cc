@@ -6,7 +6,7 @@
 // Why: with MindSpore's operators this is ~18 operators over [B, A, C] (two sigmoids, the
 // objectness tiled over the classes, sqrt, the two clamped logs of four operators each,
 // a ReduceSum over the classes that alone takes ~2 ms at [8, 2100, 80]) and a batched
-// matmul with the one-hot classes, ~6 ms a step (BENCHMARKS.md). Here one pass per image.
+// matmul with the one-hot classes, ~6 ms a step. Here one pass per image.
 //
 // Semantics (the operator path in ops/assigner.py): with p_c = sqrt(sigmoid(x_c) *
 // sigmoid(o)), nlq_c = -clog(1 - p_c), nlp_c = -clog(p_c), clog(v) = log(v) for v >= the

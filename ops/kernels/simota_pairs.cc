@@ -6,7 +6,7 @@
 // Why: written with MindSpore's operators these are ~60 element-wise operators on
 // [B, M, A] tensors (centre and box tests, the candidate mask, the IoU's tiles, maxima,
 // minima and divisions), each a full pass over memory and a launch by the runtime; at
-// M = 50 padded targets they were most of the assignment's time (BENCHMARKS.md).
+// M = 50 padded targets they were most of the assignment's time.
 //
 // Same bits as the operator path, by construction: every value is the same float32
 // operation on the same operands in the same order (the expressions below mirror

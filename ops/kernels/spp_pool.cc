@@ -3,8 +3,8 @@
 // MindSpore's CPU `ops.Custom(func_type="aot")`: forward and gradient.
 //
 // Why: in YOLOX-nano's training step at 320 px, MindSpore 2.10's three CPU MaxPoolGrad
-// operators over SPP's [8, 128, 10, 10] planes took 7.2 ms and the pools 1.2 ms
-// (BENCHMARKS.md), for tensors of 400 KB; the concatenation and its gradient's slices add
+// operators over SPP's [8, 128, 10, 10] planes took 7.2 ms and the pools 1.2 ms,
+// for tensors of 400 KB; the concatenation and its gradient's slices add
 // more operators. Here the forward pass is one operator writing the concatenated tensor,
 // and the backward pass one operator.
 //

@@ -7,8 +7,7 @@
 // loads libgomp), so the team's threads spin ~10 us at a barrier or after a kernel, then
 // sleep instead of spinning on the cores MindSpore's next operator needs. With libgomp's
 // default (~3 ms of spinning) a team of 2 made the whole training step 1.5x slower; with the
-// passive policy it is 1.2x faster, and the short spin gains a few percent more
-// (BENCHMARKS.md).
+// passive policy it is 1.2x faster, and the short spin gains a few percent more.
 #pragma once
 
 int msdet_threads();

@@ -4,8 +4,8 @@
 //
 // Why: MindSpore 2.10's CPU `Transpose` builds an 8-byte source index for every element it
 // writes when it is resized and keeps it for the graph's life: ~11 MiB for the head's
-// [8, 85, 2100] at 320 px, once for the forward pass and once for the gradient
-// (BENCHMARKS.md, "what the resident graph holds"). Here it is a copy in 32 x 32 tiles (both
+// [8, 85, 2100] at 320 px, once for the forward pass and once for the gradient.
+// Here it is a copy in 32 x 32 tiles (both
 // sides of a tile stay in the L1 cache) with no table. A copy: the same bits.
 //
 // Layouts (float32, contiguous): x [B, M, N], y [B, N, M]. The tiles are split over

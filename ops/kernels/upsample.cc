@@ -3,7 +3,7 @@
 //
 // Why: msdet's portable upsampling is a reshape + `Tile` (models/layers.py), whose CPU
 // kernel writes under 1 GB/s on the AMD EPYC, and whose gradient MindSpore expands into a
-// `ReduceSum` over the two tiled axes (BENCHMARKS.md). Here each direction is one pass.
+// `ReduceSum` over the two tiled axes. Here each direction is one pass.
 //
 // Same bits as the `Tile` path, by construction:
 // - forward: a copy (y[2i + a, 2j + b] = x[i, j]);
