@@ -9,6 +9,9 @@ inference benchmark's (416 px). ``ops`` may not import ``models``, so the shapes
 gives are listed here (tests/ops/test_kernel_benchmarks.py checks them against the model).
 Weights come from ``rng``, never from MindSpore's initialisers: its random state is not
 touched.
+
+Over 500 lines on purpose: one short benchmark pair per decision, side by side, so that
+what ``auto`` measures for every kernel reads in one place.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ entries of all inputs form combination k); about a hundred operators per chip li
 at all (Conv2D, BNTraining*, Mul, Add, ...): their ``op_select_format`` decides at compile
 time, which ``--select-format`` emulates (:mod:`.select_format`). AI CPU tables list a set of
 dtypes per input, or none.
+
+Over 500 lines on purpose: the readers of each kind of CANN file, the compact format and the
+command that rebuilds it belong together (one file format, read and written in one place).
 """
 
 from __future__ import annotations

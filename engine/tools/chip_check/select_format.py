@@ -20,6 +20,9 @@ shape_util) gets a dummy value; branches depending on those may differ from a re
 compile. Treat the answer as "what this op's code lists for this chip", not a guarantee.
 Output of a call: {"combos": [[in0_dtype, in1_dtype, ...], ...], "raw": {...}} or
 {"error": "..."}.
+
+Over 500 lines on purpose: the stubs stand in for a whole toolchain's interface, and only
+read together do they show what an operator's answer can depend on.
 """
 
 from __future__ import annotations
