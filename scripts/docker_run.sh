@@ -6,7 +6,11 @@
 #   NUM_CARDS=8 scripts/docker_run.sh runtime=ascend_8p model=yolox_s data=coco data.root=/data
 #
 # Environment (all optional):
-#   IMAGE       the image (default msdet:ascend where Ascend cards exist, else msdet:cpu)
+#   IMAGE       the image (default msdet:cpu, or where Ascend cards exist msdet:ascend-<chip>,
+#               the tag Dockerfile.ascend's build for that chip generation gets)
+#   ASCEND_CHIP the chip generation of that tag: 910 (Atlas training series), 910b, a3 or
+#               310p (default: read from `npu-smi info`; an image for one generation has no
+#               kernels for another)
 #   DATA_DIR    host dataset folder, mounted read-only at /data
 #   OUTPUT_DIR  host folder for run folders, mounted at /workspace/outputs (default ./outputs)
 #   CACHE_DIR   host folder for the generated shapes set (default ./.cache/msdet)
@@ -44,7 +48,33 @@ ascend_devices=()
 for dev in "${HOST_ROOT}"/dev/davinci[0-9]*; do
     if [ -e "${dev}" ]; then ascend_devices+=("${dev}"); fi
 done
-IMAGE=${IMAGE:-$([ "${#ascend_devices[@]}" -gt 0 ] && echo msdet:ascend || echo msdet:cpu)}
+# The chip generation of the first NPU, from the chip name in `npu-smi info`'s table
+# (910B3 -> 910b, 910_9391 -> a3, 910A / 910ProB -> 910, 310P3 -> 310p); empty if unknown.
+ascend_chip() {
+    local smi="${HOST_ROOT}/usr/local/sbin/npu-smi" name
+    [ -x "${smi}" ] || smi=$(command -v npu-smi || true)
+    [ -n "${smi}" ] || return 0
+    name=$("${smi}" info 2>/dev/null | awk -F'|' '$2 ~ /^ *[0-9]+ +[0-9A-Za-z_]+ *$/ { split($2, f, " "); print f[2]; exit }') || true
+    case "${name}" in
+        910B* | Ascend910B*) echo 910b ;;
+        910_93* | Ascend910_93*) echo a3 ;;
+        910* | Ascend910*) echo 910 ;;
+        310P* | Ascend310P*) echo 310p ;;
+    esac
+}
+
+if [ -z "${IMAGE:-}" ]; then
+    if [ "${#ascend_devices[@]}" -gt 0 ]; then
+        ASCEND_CHIP=${ASCEND_CHIP:-$(ascend_chip)}
+        case "${ASCEND_CHIP}" in
+            910 | 910b | a3 | 310p) IMAGE=msdet:ascend-${ASCEND_CHIP} ;;
+            "") msdet_die "cannot tell this host's Ascend chip generation from npu-smi info: set ASCEND_CHIP=910|910b|a3|310p (or IMAGE=...)" ;;
+            *) msdet_die "ASCEND_CHIP=${ASCEND_CHIP}: must be one of 910, 910b, a3, 310p (the tags of Dockerfile.ascend's builds)" ;;
+        esac
+    else
+        IMAGE=msdet:cpu
+    fi
+fi
 
 # The absolute path of a folder to mount, created first (Docker would create a missing
 # mount source owned by root); a dry run creates nothing.

@@ -192,8 +192,7 @@ def test_docker_run_mounts_the_ascend_devices_and_driver_that_exist(tmp_path):
     for dev in ("davinci0", "davinci1", "davinci_manager", "devmm_svm", "hisi_hdc"):
         (host / "dev" / dev).touch()
     (host / "usr/local/Ascend/driver").mkdir(parents=True)
-    (host / "usr/local/sbin").mkdir(parents=True)
-    (host / "usr/local/sbin/npu-smi").touch()
+    fake_npu_smi(host, "910B3")
     cmd = docker_command(
         tmp_path, "runtime=ascend_8p", NUM_CARDS="2", MASTER_PORT="9000", NODE_RANK="0"
     )
@@ -211,8 +210,52 @@ def test_docker_run_mounts_the_ascend_devices_and_driver_that_exist(tmp_path):
     assert not any("dcmi" in m for m in mounts)  # absent on this host: not mounted
     assert "--group-add" in cmd and "--network=host" in cmd
     assert "MASTER_PORT=9000" in cmd
-    image = cmd.index("msdet:ascend")
+    image = cmd.index("msdet:ascend-910b")  # the image built for this chip generation
     assert cmd[image + 1 :] == ["scripts/run_distributed_train.sh", "2", "runtime=ascend_8p"]
+
+
+def fake_npu_smi(host: Path, chip: str | None) -> None:
+    """An executable ``npu-smi`` under ``host`` whose ``info`` table names ``chip`` (as the
+    real one prints it), or that fails when ``chip`` is None; and one NPU device file."""
+    (host / "dev").mkdir(parents=True, exist_ok=True)
+    (host / "dev" / "davinci0").touch()
+    smi = host / "usr/local/sbin/npu-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    table = (
+        "+---------------------------+---------------+------------------------------+\n"
+        "| NPU   Name                | Health        | Power(W)    Temp(C)          |\n"
+        "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB) |\n"
+        "+===========================+===============+==============================+\n"
+        f"| 0     {chip}               | OK            | 93.5        40               |\n"
+        "| 0                         | 0000:C1:00.0  | 0           0    / 0         |\n"
+    )
+    body = f"cat <<'EOF'\n{table}EOF\n" if chip else "exit 1\n"
+    smi.write_text("#!/usr/bin/env bash\n" + body)
+    smi.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "name, image",
+    [("910B3", "msdet:ascend-910b"), ("910A", "msdet:ascend-910"), ("910ProB", "msdet:ascend-910"),
+     ("910_9391", "msdet:ascend-a3"), ("310P3", "msdet:ascend-310p")],
+)  # fmt: skip
+def test_docker_run_picks_the_image_of_the_hosts_chip_generation(tmp_path, name, image):
+    fake_npu_smi(tmp_path / "host", name)
+    cmd = docker_command(tmp_path)
+    assert cmd[cmd.index(image) + 1 :] == ["python", "train.py"]
+
+
+def test_docker_run_needs_the_chip_generation_when_npu_smi_cannot_tell(tmp_path):
+    fake_npu_smi(tmp_path / "host", None)
+    env = {"DRY_RUN": "1", "HOST_ROOT": str(tmp_path / "host")}
+    out = run_script("docker_run.sh", cwd=tmp_path, **env)
+    assert out.returncode == 2 and "set ASCEND_CHIP=910|910b|a3|310p" in out.stderr
+    assert "msdet:ascend-910" in docker_command(tmp_path, ASCEND_CHIP="910")
+    out = run_script("docker_run.sh", cwd=tmp_path, ASCEND_CHIP="910c", **env)
+    assert (
+        out.returncode == 2 and "ASCEND_CHIP=910c: must be one of 910, 910b, a3, 310p" in out.stderr
+    )
+    assert "my:image" in docker_command(tmp_path, IMAGE="my:image")
 
 
 def test_docker_run_rejects_bad_input(tmp_path):
@@ -290,11 +333,20 @@ def test_requirements_are_pinned_for_the_images():
     assert all(re.search(r"(==|<|>=)", r) for r in reqs), reqs  # nothing floats freely
 
 
-def test_ascend_image_base_is_a_build_argument():
+def test_ascend_image_is_built_per_chip_on_the_cann_of_mindspores_own_kernels():
     steps = instructions("Dockerfile.ascend")
-    args = [a for op, a in steps if op == "ARG" and a.startswith("BASE_IMAGE=")]
-    assert args == ["BASE_IMAGE=swr.cn-south-1.myhuaweicloud.com/mindspore/mindspore-ascend:2.10.0"]
+    args = dict(a.split("=", 1) for op, a in steps if op == "ARG" and "=" in a)
+    assert args["BASE_IMAGE"] == "${CANN_IMAGE}:${CANN_VERSION}-${CHIP}-ubuntu22.04-py3.11"
+    assert args["CANN_IMAGE"] == "quay.io/ascend/cann" and args["CHIP"] == "910b"
+    # The CANN the installed MindSpore's Ascend C kernels were built with (AllFinite is off
+    # under another major.minor): the wheel's own record, read by the doctor.
+    from msdet.engine.tools.doctor import bundled_kernels_cann, major_minor
+
+    assert major_minor(args["CANN_VERSION"]) == major_minor(bundled_kernels_cann()) == "9.1"
     assert steps[[op for op, _ in steps].index("FROM")] == ("FROM", "${BASE_IMAGE}")
+    runs = [a for op, a in steps if op == "RUN"]
+    assert 'case "${CHIP}" in 910|910b|a3|310p)' in runs[0]  # any other CHIP stops the build
+    assert ("LABEL", 'io.msdet.ascend-chip="${CHIP}"') in steps
     assert instructions("Dockerfile")[1] == ("FROM", "${PYTHON_IMAGE}")
 
 

@@ -1,7 +1,9 @@
-"""Environment check: ``python -m engine.doctor``.
+"""Environment check: ``python -m msdet.engine.tools.doctor``.
 
 Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
-versions when present, numpy/OpenCV versions, whether the CPU oneDNN fix is active, msdet's
+versions when present (found from ``ASCEND_HOME_PATH`` as CANN's ``set_env.sh`` sets it, or
+CANN's default root), whether that CANN is the one MindSpore's bundled kernels were built
+with, numpy/OpenCV versions, whether the CPU oneDNN fix is active, msdet's
 compiled CPU kernels (the compiler, whether the library for this CPU is built, which kernels
 ``runtime.cpu_kernels=auto`` measured to be faster here), and a verdict with what to fix.
 The version matrix (MindSpore x CANN x driver) is the first wall Ascend users hit; this
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata as md
+import importlib.util
 import os
 import platform
 import re
@@ -26,9 +29,14 @@ from msdet.engine.runtime.device import (
 )
 
 REQUIRED_MINDSPORE = "2.10.0"
-# MindSpore -> (CANN, Ascend driver/firmware), as published with MindSpore Transformers'
-# installation guides (mindspore.cn/mindformers). Versions not listed: see mindspore.cn/install.
-KNOWN_MATRIX = {
+# MindSpore -> (CANN, Ascend driver/firmware or None where no pairing is published), as
+# published with MindSpore Transformers' installation guides (mindspore.cn/mindformers).
+# 2.10.0: the CANN its wheel's own Ascend C kernels were built with
+# (lib/plugin/ascend/custom_ascendc_910b/version.info: custom_opp_compiler_version=9.1.0;
+# it accepts CANN 8.2-9.1, run_check/_check_version.py); no driver pairing found published.
+# Versions not listed: see mindspore.cn/install.
+KNOWN_MATRIX: dict[str, tuple[str, str | None]] = {
+    "2.10.0": ("9.1", None),
     "2.9.0": ("9.0.0", "26.0.RC1"),
     "2.7.2": ("8.5.0", "25.5.0"),
     "2.7.1": ("8.3.RC1", "25.3.RC1"),
@@ -36,7 +44,12 @@ KNOWN_MATRIX = {
     "2.6.0": ("8.1.RC1", "25.0.RC1"),
     "2.4.10": ("8.0.0", "24.1.0"),
 }
-ASCEND_ROOT = os.environ.get("ASCEND_HOME_PATH", "/usr/local/Ascend")
+DEFAULT_ASCEND_ROOT = "/usr/local/Ascend"
+# Where MindSpore keeps the CANN version its bundled Ascend C kernels (AllFinite among them)
+# were built with, relative to its package folder.
+BUNDLED_KERNELS_VERSION = os.path.join(
+    "lib", "plugin", "ascend", "custom_ascendc_910b", "version.info"
+)
 
 
 @dataclass
@@ -135,28 +148,86 @@ def check_mindspore(report: Report) -> list[str]:
     return usable
 
 
-def ascend_versions() -> dict[str, str | None]:
-    """The Ascend driver and CANN toolkit versions installed under ``ASCEND_HOME_PATH``
-    (None where not found)."""
-    driver = read_version_file(os.path.join(ASCEND_ROOT, "driver", "version.info"))
-    cann = read_version_file(
-        os.path.join(ASCEND_ROOT, "ascend-toolkit", "latest", "*", "ascend_toolkit_install.info")
-    ) or read_version_file(os.path.join(ASCEND_ROOT, "ascend-toolkit", "latest", "version.cfg"))
+def ascend_paths(env: dict[str, str] | None = None) -> tuple[str, str]:
+    """(Ascend root holding ``driver/``, CANN toolkit folder) on this machine.
+
+    CANN's ``set_env.sh`` exports ``ASCEND_HOME_PATH`` as the toolkit itself
+    (``<root>/ascend-toolkit/latest``, or ``<root>/cann-<version>`` in CANN 9 images); set by
+    hand it is sometimes the Ascend root. Without it, CANN's default root
+    ``/usr/local/Ascend``. The root is the first folder above the toolkit that holds
+    ``driver/``, else the default root (the driver is installed apart from the toolkit)."""
+    env = os.environ if env is None else env
+    home = env.get("ASCEND_HOME_PATH") or env.get("ASCEND_TOOLKIT_HOME")
+    if not home:
+        return DEFAULT_ASCEND_ROOT, os.path.join(DEFAULT_ASCEND_ROOT, "ascend-toolkit", "latest")
+    home = os.path.normpath(home)
+    if os.path.isdir(os.path.join(home, "ascend-toolkit")):  # the root itself
+        return home, os.path.join(home, "ascend-toolkit", "latest")
+    for start in dict.fromkeys((home, os.path.realpath(home))):
+        folder = os.path.dirname(start)
+        while folder and folder != os.path.dirname(folder):
+            if os.path.isdir(os.path.join(folder, "driver")):
+                return folder, home
+            folder = os.path.dirname(folder)
+    return DEFAULT_ASCEND_ROOT, home
+
+
+def ascend_versions(env: dict[str, str] | None = None) -> dict[str, str | None]:
+    """The Ascend driver and CANN toolkit versions installed here (None where not found):
+    the CANN version from the file MindSpore reads (``<toolkit>/compiler/version.info``),
+    else the toolkit's own install records."""
+    root, toolkit = ascend_paths(env)
+    driver = read_version_file(os.path.join(root, "driver", "version.info"))
+    cann = (
+        read_version_file(os.path.join(toolkit, "compiler", "version.info"))
+        or read_version_file(os.path.join(toolkit, "*", "ascend_toolkit_install.info"))
+        or read_version_file(os.path.join(toolkit, "version.cfg"))
+    )
     return {"ascend_driver": driver, "cann": cann}
 
 
-def check_ascend(report: Report, ms_version: str | None) -> None:
+def bundled_kernels_cann(package_dir: str | None = None) -> str | None:
+    """The CANN version MindSpore's bundled Ascend C kernels were built with (from its
+    package folder, found without importing it), or None."""
+    if package_dir is None:
+        spec = importlib.util.find_spec("mindspore")
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        package_dir = locations[0] if locations else None
+    if not package_dir:
+        return None
+    path = os.path.join(package_dir, BUNDLED_KERNELS_VERSION)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key == "custom_opp_compiler_version" and value:
+                    return value
+    except OSError:
+        return None
+    return None
+
+
+def major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def check_ascend(report: Report, ms_version: str | None, env: dict[str, str] | None = None) -> None:
     if not ascend_present():
         report.fact("Ascend", "no NPU device files (/dev/davinci*)")
         return
-    versions = ascend_versions()
+    root, toolkit = ascend_paths(env)
+    versions = ascend_versions(env)
     driver, cann = versions["ascend_driver"], versions["cann"]
     report.fact("Ascend driver", driver or "not found")
     report.fact("CANN", cann or "not found")
+    report.fact("CANN toolkit", toolkit)
     if driver is None:
-        report.problems.append(f"NPU present but no driver version under {ASCEND_ROOT}/driver")
+        report.problems.append(f"NPU present but no driver version under {root}/driver")
     if cann is None:
-        report.problems.append(f"no CANN toolkit under {ASCEND_ROOT}/ascend-toolkit")
+        report.problems.append(
+            f"no CANN toolkit version under {toolkit} (compiler/version.info): source "
+            "<CANN>/set_env.sh, which sets ASCEND_HOME_PATH"
+        )
     expected = KNOWN_MATRIX.get(ms_version or "")
     if expected is None:
         report.notes.append(
@@ -165,6 +236,17 @@ def check_ascend(report: Report, ms_version: str | None) -> None:
         )
     elif cann and not cann.startswith(expected[0]):
         report.problems.append(f"MindSpore {ms_version} expects CANN {expected[0]} (found {cann})")
+    elif expected[1] is None:
+        report.notes.append(f"no driver version published for MindSpore {ms_version}: use the "
+                            f"driver CANN {expected[0]}'s release notes name")  # fmt: skip
+    built = bundled_kernels_cann()
+    if built and cann and major_minor(built) != major_minor(cann):
+        report.problems.append(
+            f"MindSpore's bundled Ascend C kernels were built with CANN {built} and this is "
+            f"CANN {cann}: MindSpore then turns its AllFinite kernel off (mindspore/amp.py, "
+            "_enable_all_finite), and the overflow check of every training step runs four "
+            f"operators per gradient instead of one; install CANN {major_minor(built)}"
+        )
 
 
 def check_cpu_speed(report: Report) -> None:

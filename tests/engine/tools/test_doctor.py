@@ -1,4 +1,4 @@
-"""python -m engine.doctor: facts and verdict."""
+"""python -m msdet.engine.tools.doctor: facts and verdict."""
 
 from __future__ import annotations
 
@@ -26,18 +26,66 @@ def test_numpy_2_and_wrong_mindspore_are_flagged(monkeypatch):
     assert "mindspore==2.10.0" in text
 
 
+def fake_ascend(root, cann: str | None = "9.1.0", driver: str | None = "25.5.0", toolkit=None):
+    """An Ascend install under ``root``: driver/version.info and a toolkit whose
+    compiler/version.info holds ``cann`` (CANN's layout: ascend-toolkit/latest unless
+    ``toolkit`` names another folder under ``root``); returns the toolkit folder."""
+    if driver:
+        (root / "driver").mkdir(parents=True)
+        (root / "driver" / "version.info").write_text(f"Version={driver}\n")
+    folder = root / (toolkit or "ascend-toolkit/latest")
+    (folder / "compiler").mkdir(parents=True)
+    if cann:
+        (folder / "compiler" / "version.info").write_text(f"Version={cann}\ntimestamp=0\n")
+    return folder
+
+
+def test_set_env_sh_toolkit_home_finds_the_driver_above_it(tmp_path):
+    """After CANN's set_env.sh, ASCEND_HOME_PATH is the toolkit, not the Ascend root."""
+    toolkit = fake_ascend(tmp_path / "Ascend", "9.1.0", "25.5.0")
+    env = {"ASCEND_HOME_PATH": str(toolkit)}
+    assert doctor.ascend_paths(env) == (str(tmp_path / "Ascend"), str(toolkit))
+    assert doctor.ascend_versions(env) == {"ascend_driver": "25.5.0", "cann": "9.1.0"}
+    # CANN 9 images: the toolkit is <root>/cann-<version>, ascend-toolkit/latest links to it
+    other = fake_ascend(tmp_path / "A2", "9.1.0", "26.0.RC1", toolkit="cann-9.1.0-beta.3")
+    assert doctor.ascend_versions({"ASCEND_HOME_PATH": str(other)}) == {
+        "ascend_driver": "26.0.RC1", "cann": "9.1.0"}  # fmt: skip
+    # the root itself, as users set it by hand, and no variable at all (CANN's default root)
+    root = tmp_path / "Ascend"
+    assert doctor.ascend_paths({"ASCEND_HOME_PATH": str(root)}) == (
+        str(root), str(root / "ascend-toolkit" / "latest"))  # fmt: skip
+    assert doctor.ascend_versions({"ASCEND_HOME_PATH": str(root)})["cann"] == "9.1.0"
+    assert doctor.ascend_paths({}) == (
+        "/usr/local/Ascend",
+        "/usr/local/Ascend/ascend-toolkit/latest",
+    )
+
+
 def test_ascend_matrix_mismatch_is_explained(monkeypatch, tmp_path):
-    (tmp_path / "driver").mkdir()
-    (tmp_path / "driver" / "version.info").write_text("Version=25.5.0\n")
-    toolkit = tmp_path / "ascend-toolkit" / "latest"
-    toolkit.mkdir(parents=True)
-    (toolkit / "version.cfg").write_text("version=8.3.RC1\n")
-    monkeypatch.setattr(doctor, "ASCEND_ROOT", str(tmp_path))
+    toolkit = fake_ascend(tmp_path, "8.3.RC1", "25.5.0")
     monkeypatch.setattr(doctor, "ascend_present", lambda: True)
     report = doctor.Report()
-    doctor.check_ascend(report, "2.7.2")
+    doctor.check_ascend(report, "2.7.2", {"ASCEND_HOME_PATH": str(toolkit)})
     assert ("Ascend driver", "25.5.0") in report.facts and ("CANN", "8.3.RC1") in report.facts
     assert any("expects CANN 8.5.0" in p for p in report.problems)
+
+
+def test_mindspore_2_10_wants_the_cann_its_kernels_were_built_with(monkeypatch, tmp_path):
+    assert doctor.KNOWN_MATRIX["2.10.0"][0] == "9.1"
+    assert doctor.bundled_kernels_cann() == "9.1.0"  # the installed wheel's own record
+    fake_ms = tmp_path / "mindspore"
+    (fake_ms / os.path.dirname(doctor.BUNDLED_KERNELS_VERSION)).mkdir(parents=True)
+    (fake_ms / doctor.BUNDLED_KERNELS_VERSION).write_text("custom_opp_compiler_version=9.0.0\n")
+    assert doctor.bundled_kernels_cann(str(fake_ms)) == "9.0.0"
+    assert doctor.bundled_kernels_cann(str(tmp_path / "nothing")) is None
+    monkeypatch.setattr(doctor, "ascend_present", lambda: True)
+    for cann, problems in (("9.1.0", []), ("9.0.0", ["expects CANN 9.1", "AllFinite"])):
+        toolkit = fake_ascend(tmp_path / cann, cann, "25.5.0")
+        report = doctor.Report()
+        doctor.check_ascend(report, "2.10.0", {"ASCEND_HOME_PATH": str(toolkit)})
+        text = " ".join(report.problems)
+        assert all(p in text for p in problems) and bool(report.problems) == bool(problems), text
+        assert ("CANN", cann) in report.facts and ("Ascend driver", "25.5.0") in report.facts
 
 
 def _kernel_facts(threads=2):
