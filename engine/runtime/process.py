@@ -41,6 +41,7 @@ class Runtime:
     float_status: bool = False  # overflow read from the device's float-status register
     precision_mode: str | None = None  # Ascend precision mode set at start-up (None: MindSpore's)
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
+    cube_fp32: bool = False  # the Ascend chip's matrix unit computes float32 (A2 and later)
     host_nms: bool = False  # NMS on the host: the chip's NMSWithMask cannot be trusted
     nms_max_boxes: int = dev.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
     jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
@@ -155,6 +156,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         float_status=chip is not None and chip.float_status,
         precision_mode=precision,
         chip=chip.soc if chip else None,
+        cube_fp32=chip is not None and chip.cube_fp32,
         host_nms=host_nms,
         nms_max_boxes=chip.nms_max_boxes if chip else dev.NMS_MAX_BOXES,
         jit_level=level,
