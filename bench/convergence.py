@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--epochs", type=int, default=5, help="schedule length for both")
     parser.add_argument(
-        "--recipe", default="shapes", help="msdet's train config (and its values for the original)"
+        "--recipe", default="parity", help="msdet's train config (and its values for the original)"
     )
     parser.add_argument("--model", default="yolox_nano")
     parser.add_argument("--img", type=int, default=320)

@@ -25,7 +25,6 @@ def test_buckets_end_at_max_objects_and_empty_means_off():
     assert target_buckets(cfg([16, 32])) == (16, 32, 50)
     assert target_buckets(cfg([])) == (50,)
     assert target_buckets(cfg(None)) == (50,)
-    assert target_buckets(OmegaConf.create({"max_objects": 8})) == (8,)  # key absent
 
 
 @pytest.mark.parametrize(

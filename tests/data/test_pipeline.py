@@ -21,7 +21,7 @@ from msdet.data.pipeline import (
     eval_positions,
 )
 from msdet.data.synthetic import ANN_FILES, generate_shapes
-from msdet.data.transforms import PAD_VALUE, filter_boxes, letterbox
+from msdet.data.transforms import PAD_VALUE, filter_boxes, letterbox, resize_to_fit
 from tests.data.conftest import NUM_TRAIN, NUM_VAL
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data", "shapes.yaml")
@@ -47,7 +47,10 @@ def plain_cfg(root: str, **overrides) -> DictConfig:
 
 
 def letterboxed(source: CocoSource, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A sample without augmentation, as YOLOX makes it: resized to fit by the dataset
+    (``pull_item``), then letterboxed by ``TrainTransform``."""
     img, boxes, labels = source.load(i)
+    img, boxes = resize_to_fit(img, boxes, SIZE)
     out, ratio = letterbox(img, SIZE)
     boxes, labels = filter_boxes(boxes * ratio, labels)
     return out, boxes, labels

@@ -48,7 +48,7 @@ def test_target_buckets_are_checked_against_the_run():
             {
                 "data": {"max_objects": 120, "target_buckets": buckets, "img_size": [640, 640],
                          "layout": "bgr255"},
-                "train": {"multiscale_range": ms_range},
+                "train": {"multiscale_range": ms_range, "multiscale_interval": 10},
             }
         )  # fmt: skip
 
