@@ -87,7 +87,7 @@ def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
 
 
 def side_name(args) -> str:
-    """"pytorch", or "pytorch+msdet-data" when the original trains on msdet's data stream."""
+    """ "pytorch", or "pytorch+msdet-data" when the original trains on msdet's data stream."""
     return "pytorch" if args.data_stream == "yolox" else "pytorch+msdet-data"
 
 
@@ -222,9 +222,20 @@ def main(argv: list[str] | None = None) -> dict:
         help="the original's data: YOLOX's own dataset, or msdet's stream for the same seed",
     )
     parser.add_argument("--report", action="store_true", help="only print the record's table")
+    parser.add_argument(
+        "--commits",
+        nargs="+",
+        default=None,
+        help="report only runs of these commits (prefixes): one version of the code",
+    )
     args = parser.parse_args(argv)
     if args.report:
-        rows = summarise(read_record(args.record))
+        entries = read_record(args.record)
+        if args.commits:
+            entries = [
+                e for e in entries if str(e.get("commit", "")).startswith(tuple(args.commits))
+            ]
+        rows = summarise(entries)
         print(format_report(rows))
         return {"rows": rows}
 
