@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 DESCRIPTION_KEY = "msdet_description"
 SCHEMA = 1
-MSDET_VERSION = "0.1.0"
+MSDET_VERSION = "0.2.0"
 
 # The 80 COCO classes in YOLOX's order (the original's COCO_CLASSES) and their category ids
 # in COCO's annotation files (1..90 with gaps): what an official YOLOX checkpoint predicts.
