@@ -103,25 +103,33 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def synthetic_batch(
-    batch: int, img: int, num_classes: int, max_objects: int, objects: int, seed: int = 0
+    batch: int,
+    img: int,
+    num_classes: int,
+    max_objects: int,
+    objects: int,
+    seed: int = 0,
+    width: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Images [B, 3, H, W] (0-255), YOLOX targets [B, M, 5] (class, cx, cy, w, h), mask [B, M].
 
     The same arrays for msdet and the PyTorch original: ``objects`` boxes per image of
-    random size (8 px to half the image).
+    random size (8 px to half the image side). ``img`` is the height and, unless ``width``
+    is given, the width.
     """
+    height, width = img, width or img
     rng = np.random.default_rng(seed)
-    images = rng.uniform(0, 255, (batch, 3, img, img)).astype(np.float32)
+    images = rng.uniform(0, 255, (batch, 3, height, width)).astype(np.float32)
     targets = np.zeros((batch, max_objects, 5), np.float32)
     mask = np.zeros((batch, max_objects), np.float32)
     for b in range(batch):
-        w = rng.uniform(8, img / 2, objects)
-        h = rng.uniform(8, img / 2, objects)
+        w = rng.uniform(8, width / 2, objects)
+        h = rng.uniform(8, height / 2, objects)
         targets[b, :objects] = np.stack(
             [
                 rng.integers(0, num_classes, objects),
-                rng.uniform(w / 2, img - w / 2),
-                rng.uniform(h / 2, img - h / 2),
+                rng.uniform(w / 2, width - w / 2),
+                rng.uniform(h / 2, height - h / 2),
                 w,
                 h,
             ],
