@@ -1,6 +1,6 @@
 """msdet side by side with the PyTorch original (YOLOX 0.3.0), alternating runs.
 
-    python -m bench.compare_torch [--model yolox_nano] [--batch 8] [--img 320] [--infer-img 416]
+    python -m msdet.bench.compare_torch [--model yolox_nano] [--batch 8] [--img 320] [--infer-img 416]
                                   [--rounds 3] [--steps 15] [--isa native|avx2]
                                   [--set KEY=VALUE ...]
 

@@ -1,8 +1,8 @@
 """Convergence over seeds: msdet and the PyTorch original trained on the same shapes data.
 
-    python -m bench.convergence --seeds 0 1 2 --epochs 5      # both sides, three seeds each
-    python -m bench.convergence --seeds 3 --only msdet         # one more run of one side
-    python -m bench.convergence --report                       # the table of what finished
+    python -m msdet.bench.convergence --seeds 0 1 2 --epochs 5      # both sides, three seeds each
+    python -m msdet.bench.convergence --seeds 3 --only msdet         # one more run of one side
+    python -m msdet.bench.convergence --report                       # the table of what finished
 
 Same data (the built-in shapes set), model, image size, batch and recipe (the ``train``
 config's YOLOX SGD, warm-cos LR over ``--epochs``, EMA, mosaic with the data config's

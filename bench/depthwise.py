@@ -1,7 +1,7 @@
 """Depthwise 3x3 convolution, forward + backward: MindSpore's Conv2D, msdet's kernel, PyTorch.
 
-    python -m bench.depthwise [--batch 8] [--rounds 3] [--steps 20] [--threads N]
-    python -m bench.depthwise --train-step [--steps 10]   # whole nano step, both variants
+    python -m msdet.bench.depthwise [--batch 8] [--rounds 3] [--steps 20] [--threads N]
+    python -m msdet.bench.depthwise --train-step [--steps 10]   # whole nano step, both variants
 
 For each layer shape YOLOX-nano uses (channels x size, stride), one graph-mode cell computes
 the output and both gradients (input and weight) of ``sum(conv(x))`` with MindSpore's

@@ -1,6 +1,6 @@
 """Graph kernel fusion (``runtime.fusion``): step time and losses of off / safe / all.
 
-    python -m bench.fusion [--rounds 2] [--steps 8] [--variants off,safe,all] [key=value ...]
+    python -m msdet.bench.fusion [--rounds 2] [--steps 8] [--variants off,safe,all] [key=value ...]
 
 Each round runs, in fresh processes (the jit level is process-wide) and one after the
 other, YOLOX-nano's training step (batch 8, 320 px, 80 classes, the synthetic batch of

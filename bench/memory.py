@@ -1,6 +1,6 @@
 """Where the training step's memory goes: resident memory stage by stage, both sides.
 
-    python -m bench.memory [--model yolox_nano] [--batch 8] [--img 320] [--steps 5]
+    python -m msdet.bench.memory [--model yolox_nano] [--batch 8] [--img 320] [--steps 5]
                            [--num-classes 80] [--side msdet|pytorch|both] [key=value ...]
 
 One fresh process per side runs what ``bench.compare_torch`` times (the same synthetic

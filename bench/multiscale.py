@@ -1,6 +1,6 @@
 """Multi-scale training: compile time and step time per input size, graph mode.
 
-    python -m bench.multiscale [model=yolox_nano] [data.img_size=[320,320]]
+    python -m msdet.bench.multiscale [model=yolox_nano] [data.img_size=[320,320]]
                                [train.multiscale_range=5] [train.batch_size=8]
                                [--sizes 160,320,480] [--steps 3] [--objects 5]
 

@@ -1,6 +1,6 @@
 """Benchmark: NMS on MindSpore (graph mode, CPU) next to a numpy greedy NMS.
 
-    python -m bench.nms [--sizes 100 1000 5000] [--repeats 9] [--iou 0.65]
+    python -m msdet.bench.nms [--sizes 100 1000 5000] [--repeats 9] [--iou 0.65]
 
 For each N it times, as the median of ``--repeats`` runs after a warm-up (graph compile):
 ``ops.NMSWithMask`` alone on [N, 5] score-sorted boxes, the whole :class:`ops.nms.BatchedNMS`

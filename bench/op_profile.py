@@ -1,6 +1,6 @@
 """Where the training step's time goes, operator by operator, msdet beside the original.
 
-    python -m bench.op_profile [--steps 4] [--side both|msdet|pytorch] [key=value ...]
+    python -m msdet.bench.op_profile [--steps 4] [--side both|msdet|pytorch] [key=value ...]
 
 One fresh process per side builds the step ``bench.compare_torch`` times (YOLOX-nano,
 batch 8, 320 px, 80 classes, the same synthetic batch), times ``--steps`` steps without a

@@ -1,6 +1,6 @@
 """Throughput of the full training data pipeline (samples/s), by worker configuration.
 
-    python -m bench.pipeline [--img-size 416] [--batch 8] [--batches 30] [--repeats 3]
+    python -m msdet.bench.pipeline [--img-size 416] [--batch 8] [--batches 30] [--repeats 3]
 
 Shapes data (generated into the cache on first use, not timed), mosaic + mixup + affine
 on every sample (mosaic_prob = mixup_prob = 1), 1 worker, 2 worker threads and 2 worker
@@ -68,7 +68,7 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, {platform.platform()}")
     print(f"load average (1 min) before measuring: {load:.2f}")
-    print("command: " + " ".join(["python -m bench.pipeline", *sys.argv[1:]]))
+    print("command: " + " ".join(["python -m msdet.bench.pipeline", *sys.argv[1:]]))
     print(f"data: {train}; {size}x{size}, mosaic+mixup+affine on every sample, batch {args.batch}")
     results = {}
     for name, workers, processes in WORKER_SETTINGS:

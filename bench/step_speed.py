@@ -1,9 +1,9 @@
 """msdet's full training step (forward, SimOTA loss, backward, SGD, EMA): time and memory.
 
-    python -m bench.train_step [model=yolox_nano] [train.batch_size=8] [data.img_size=[320,320]]
+    python -m msdet.bench.train_step [model=yolox_nano] [train.batch_size=8] [data.img_size=[320,320]]
                                [runtime.amp=O0] [runtime.mode=graph] [--steps 20] [--objects 5]
-    python -m bench.train_step --infer [eval.img_size=[416,416]] [eval.batch_size=8]
-    python -m bench.train_step --alternate runtime.cpu_kernels=auto,native [--rounds 3]
+    python -m msdet.bench.train_step --infer [eval.img_size=[416,416]] [eval.batch_size=8]
+    python -m msdet.bench.train_step --alternate runtime.cpu_kernels=auto,native [--rounds 3]
 
 Trailing key=value arguments are Hydra overrides of configs/config.yaml. Reports the
 first-step time (graph compilation included), the median step time after warm-up,

@@ -1,13 +1,13 @@
 """How full the training batches are, and which target bucket each would use.
 
-    python -m bench.target_buckets [--buckets 16,32] [--epochs 1] [key=value ...]
+    python -m msdet.bench.target_buckets [--buckets 16,32] [--epochs 1] [key=value ...]
 
 Draws the configured training pipeline's batches (``data.*``, ``train.batch_size``: the
 samples ``train.py`` would train on, same seed) for ``--epochs`` epochs with mosaic and
 for one epoch without (the last ``train.no_aug_epochs + 1``), and prints, per phase, the
 distribution of each batch's fullest image (boxes after augmentation) and how many
 batches fall in each bucket of ``--buckets`` + ``data.max_objects``. Together with the
-step time at each bucket's rows (``python -m bench.train_step --alternate
+step time at each bucket's rows (``python -m msdet.bench.train_step --alternate
 data.max_objects=50,32,16``) this says what ``data.target_buckets`` would save on a run,
 against one compile per bucket. The last line is ``RESULT {json}``.
 """

@@ -1,8 +1,8 @@
 """The PyTorch original's (YOLOX 0.3.0) training step or inference, for side-by-side runs.
 
-    python -m bench.torch_step [--model yolox_nano] [--batch 8] [--img 320] [--steps 20]
-    python -m bench.torch_step --infer [--img 416]
-    python -m bench.torch_step --multiscale 5 [--steps 2]
+    python -m msdet.bench.torch_step [--model yolox_nano] [--batch 8] [--img 320] [--steps 20]
+    python -m msdet.bench.torch_step --infer [--img 416]
+    python -m msdet.bench.torch_step --multiscale 5 [--steps 2]
 
 The step is what YOLOX's trainer does per iteration: forward with targets (SimOTA loss),
 backward, SGD (nesterov, YOLOX's parameter groups) and the EMA update; inference is the

@@ -1,7 +1,7 @@
 """2x nearest upsampling, forward + backward: reshape + Tile, msdet's kernel, PyTorch.
 
-    python -m bench.upsample [--batch 8] [--rounds 5] [--steps 20] [--threads N]
-    python -m bench.upsample --train-step [--steps 10]   # whole nano step, with and without
+    python -m msdet.bench.upsample [--batch 8] [--rounds 5] [--steps 20] [--threads N]
+    python -m msdet.bench.upsample --train-step [--steps 10]   # whole nano step, with and without
 
 For each upsampling YOLOX-nano's neck does at 320 px (channels x input side), one
 graph-mode cell computes ``sum(up(x) * s)`` and its gradient w.r.t. ``x`` with msdet's

@@ -1,7 +1,7 @@
 """Convert YOLO txt and Pascal VOC xml labels to a COCO json that :class:`CocoSource` reads.
 
-    python -m data.convert yolo --images DIR --labels DIR --classes FILE --out ann.json
-    python -m data.convert voc --root VOC_DIR --split trainval --out ann.json
+    python -m msdet.data.convert_labels yolo --images DIR --labels DIR --classes FILE --out ann.json
+    python -m msdet.data.convert_labels voc --root VOC_DIR --split trainval --out ann.json
 
 YOLO: one ``labels/<image stem>.txt`` per image with lines ``class cx cy w h`` normalised
 to 0..1 (an image without a label file has no objects); ``--classes`` lists one class

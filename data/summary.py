@@ -1,6 +1,6 @@
 """What a split's annotations hold, read without decoding an image: the boxes training
 sees (sizes on the network input), the class counts, and the few lines the trainer logs at
-the start of a run (:func:`summarise_annotations`; ``python -m data.check`` is the whole
+the start of a run (:func:`summarise_annotations`; ``python -m msdet.data.check`` is the whole
 check).
 """
 

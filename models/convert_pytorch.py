@@ -1,6 +1,6 @@
 """Convert a PyTorch YOLOX checkpoint into a msdet (MindSpore) checkpoint.
 
-    python -m models.convert --model yolox_nano --src yolox_nano.pth --dst yolox_nano.ckpt
+    python -m msdet.models.convert_pytorch --model yolox_nano --src yolox_nano.pth --dst yolox_nano.ckpt
 
 Accepts the release format ``{"model": state_dict, ...}`` and a bare state_dict. Names map
 1:1 except BatchNorm (weight/bias/running_mean/running_var -> gamma/beta/moving_mean/

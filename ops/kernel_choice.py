@@ -19,7 +19,7 @@ benchmark cannot show: the head's transpose, SGD, the EMA).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
-    python -m ops.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
+    python -m msdet.ops.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def _time_alternating(steps: Mapping[str, Any], inputs: tuple, rounds: int):
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        raise SystemExit("usage: python -m ops.kernel_choice LIBRARY THREADS")
+        raise SystemExit("usage: python -m msdet.ops.kernel_choice LIBRARY THREADS")
     print(json.dumps(measure(args[0], int(args[1]))), flush=True)
 
 

@@ -1,8 +1,8 @@
 """Module-by-module comparison of msdet's YOLOX with the PyTorch original.
 
-    python -m porting.compare --model yolox_nano --src yolox_nano.pth [--image IMG] [--size 416]
+    python -m msdet.porting.compare --model yolox_nano --src yolox_nano.pth [--image IMG] [--size 416]
         [--atol 1e-4 --rtol 1e-4] [--mode graph|pynative] [--train-step] [--json OUT.json]
-    python -m porting.compare --model yolox_nano --random-init     # no checkpoint needed
+    python -m msdet.porting.compare --model yolox_nano --random-init     # no checkpoint needed
 
 Each major module (stem, dark2..dark5, every neck block, every head branch per level,
 the decoded output) is run on *the same input* in both frameworks: the input PyTorch's
@@ -103,7 +103,7 @@ def run_comparison(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m porting.compare",
+        prog="python -m msdet.porting.compare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

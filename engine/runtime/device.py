@@ -36,7 +36,7 @@ ONEDNN_ISA_VALUE = "AVX2"
 WAIT_POLICY_VAR, WAIT_POLICY = "OMP_WAIT_POLICY", "PASSIVE"
 # ...after a short spin (about 10 microseconds; libgomp's own default without a policy is
 # 300,000 spins, ~3 ms): a barrier inside a kernel, or the next kernel right after, then
-# finds the other thread awake instead of waking it through the kernel (BENCHMARKS.md).
+# finds the other thread awake instead of waking it through the kernel.
 SPIN_COUNT_VAR, SPIN_COUNT = "GOMP_SPINCOUNT", "1000"
 
 ASCEND_DEVICE_FILES = ("/dev/davinci_manager", "/dev/davinci0")

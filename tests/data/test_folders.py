@@ -59,7 +59,11 @@ def test_a_yolo_data_yaml_is_read_with_one_argument(ultralytics, tmp_path, caplo
 def test_the_yaml_itself_can_be_given_and_settings_after_it_apply(ultralytics, tmp_path):
     cfg = load_config(
         "eval",
-        [f"data={ultralytics / 'data.yaml'}", f"data.cache_dir={tmp_path}", "data.img_size=[64,64]"],
+        [
+            f"data={ultralytics / 'data.yaml'}",
+            f"data.cache_dir={tmp_path}",
+            "data.img_size=[64,64]",
+        ],
     )
     assert cfg.data.name == "boats" and list(cfg.data.img_size) == [64, 64]
     assert len(build_val_source(cfg.data)) == 2

@@ -1,4 +1,4 @@
-"""The PyTorch -> MindSpore weight converter (python -m models.convert)."""
+"""The PyTorch -> MindSpore weight converter (python -m msdet.models.convert_pytorch)."""
 
 from __future__ import annotations
 

@@ -180,7 +180,7 @@ def test_legacy_format_says_how_to_resave(tmp_path):
 
 @pytest.mark.torch
 def test_cli_without_torch_equals_conversion_read_by_torch(tmp_path):
-    """python -m models.convert with `import torch` failing writes the same checkpoint."""
+    """python -m msdet.models.convert_pytorch with `import torch` failing writes the same checkpoint."""
     require_yolox()
     torch = _torch()
     import mindspore as ms

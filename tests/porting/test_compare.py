@@ -1,4 +1,4 @@
-"""The comparison tool ``python -m porting.compare``: passes on a converted model, names the
+"""The comparison tool ``python -m msdet.porting.compare``: passes on a converted model, names the
 module that diverges, writes JSON a CI job can read, compares a training step."""
 
 from __future__ import annotations
