@@ -61,7 +61,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "eval": Command(
         "eval.py",
-        ("model", "data", "eval", "runtime", "ckpt", "run"),
+        ("ckpt", "data", "eval", "runtime", "run", "model"),
         "Evaluate a checkpoint or an exported model with COCO mAP on a val split.",
         (
             "python eval.py ckpt=runs/train/exp/checkpoints/best.ckpt",
@@ -70,7 +70,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "predict": Command(
         "predict.py",
-        ("model", "data", "eval", "predict", "runtime", "ckpt", "source", "run"),
+        ("source", "ckpt", "predict", "eval", "runtime", "run", "model", "data"),
         "Detect objects in images, folders, globs, videos or a camera.",
         (
             "python predict.py ckpt=best.ckpt source=photo.jpg",
@@ -80,7 +80,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "export": Command(
         "export.py",
-        ("model", "data", "eval", "export", "runtime", "ckpt", "run"),
+        ("ckpt", "export", "eval", "data", "runtime", "run", "model"),
         "Export a checkpoint to MINDIR or ONNX, check the file, and score it on the val split.",
         (
             "python export.py ckpt=best.ckpt",

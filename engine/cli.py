@@ -183,14 +183,15 @@ def help_text(command: str) -> str:
             options = ", ".join(group_options(group))
             lines.append(f"  {group}={default}   (options: {options})")
     comments = _yaml_comments()
-    lines += ["", "settings (key=value; the value shown is the default):"]
+    lines += ["", "settings (key=value; the value shown is the default), the command's own first:"]
     values = flatten(OmegaConf.to_container(cfg, resolve=False))
-    for key, value in values.items():
-        if key.split(".")[0] not in spec.sections:
-            continue
-        comment = comments.get(key, "")
-        shown = "null" if value is None else value
-        lines.append(f"  {key}={shown}" + (f"   # {comment}" if comment else ""))
+    for section in spec.sections:  # in the command's order: what it is about comes first
+        for key, value in values.items():
+            if key.split(".")[0] != section:
+                continue
+            comment = comments.get(key, "")
+            shown = "null" if value is None else value
+            lines.append(f"  {key}={shown}" + (f"   # {comment}" if comment else ""))
     return "\n".join(lines)
 
 

@@ -29,19 +29,25 @@ def entry(script: str, *args: str, cwd=ROOT, timeout=120) -> subprocess.Complete
 
 
 @pytest.mark.parametrize(
-    "script,takes,not_takes",
+    "script,first,takes,not_takes",
     [
         (
             "train.py",
+            "model.",
             ["train.epochs=", "model=yolox_nano", "run.name="],
             ["predict.conf", "source="],
         ),
-        ("predict.py", ["predict.conf=0.25", "source=", "eval.nms_iou="], ["train.epochs"]),
-        ("eval.py", ["ckpt=", "eval.conf_thresh="], ["train.", "predict."]),
-        ("export.py", ["export.format=MINDIR", "ckpt="], ["train.", "predict."]),
+        (
+            "predict.py",
+            "source=",
+            ["predict.conf=0.25", "source=", "eval.nms_iou="],
+            ["train.epochs"],
+        ),
+        ("eval.py", "ckpt=", ["ckpt=", "eval.conf_thresh="], ["train.", "predict."]),
+        ("export.py", "ckpt=", ["export.format=MINDIR", "ckpt="], ["train.", "predict."]),
     ],
 )
-def test_help_shows_what_the_command_takes_with_examples(script, takes, not_takes):
+def test_help_shows_what_the_command_takes_with_examples(script, first, takes, not_takes):
     out = entry(script, "--help")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: python {script}")
@@ -50,6 +56,9 @@ def test_help_shows_what_the_command_takes_with_examples(script, takes, not_take
         assert f"  {key}" in out.stdout, key
     for key in not_takes:
         assert f"  {key}" not in out.stdout, key
+    # The command's own settings come first (predict.py: what source takes).
+    settings = out.stdout.split("the command's own first:\n", 1)[1]
+    assert settings.startswith(f"  {first}"), settings[:200]
 
 
 def test_a_bad_setting_stops_before_any_folder_exists(tmp_path):
