@@ -3,6 +3,30 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 
 # The repository root: entry points, configs/ and scripts/ are found from it.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(
+    args: Sequence[str],
+    cwd: str | os.PathLike = ROOT,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> str:
+    """``python ARGS`` in a fresh process (this interpreter); its stdout, after asserting
+    that it exited 0 (the failure shows the end of its stderr). A fresh process keeps
+    MindSpore's process-wide state (device, context, kernels) out of the test's own."""
+    out = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout

@@ -26,6 +26,7 @@ import pytest
 from tests.e2e import dp_accumulate, dp_overflow, dp_step, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
 from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry
+from tests.support import run_python
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
@@ -510,16 +511,8 @@ def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
     # A fresh process: running kernels here would pin this process's MindSpore device
     # before tests that call setup_runtime themselves.
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run(
-        [sys.executable, "-c", SYNC_BN_CHECK],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "replaced 104" in out.stdout  # every BatchNorm of YOLOX-nano
+    stdout = run_python(["-c", SYNC_BN_CHECK], env=env, timeout=120)
+    assert "replaced 104" in stdout  # every BatchNorm of YOLOX-nano
 
 
 def test_sync_bn_only_on_ascend_with_several_ranks():

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
-from tests.support import ROOT
+from tests.support import ROOT, run_python
 
 SYNC_BN_O2 = """
 from mindspore import nn
@@ -34,16 +32,8 @@ def test_o2_keeps_every_sync_batchnorm_in_float32():
     SyncBatchNorm layers must stay float32 all the same while convolutions go float16."""
     # A fresh process: MindSpore's device is pinned by the first kernel a process runs.
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run(
-        [sys.executable, "-c", SYNC_BN_O2],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "syncbn fp32 104 of 104 conv fp16 113 of 113" in out.stdout, out.stdout
+    stdout = run_python(["-c", SYNC_BN_O2], env=env, timeout=180)
+    assert "syncbn fp32 104 of 104 conv fp16 113 of 113" in stdout, stdout
 
 
 O1_CASTS = """
@@ -85,16 +75,13 @@ def test_every_amp_level_returns_the_network_that_casts(tmp_path):
     trains the same Parameter objects."""
     script = tmp_path / "o1_casts.py"  # a file: MindSpore's rewrite reads the Cell's source
     script.write_text(O1_CASTS)
-    out = subprocess.run(
-        [sys.executable, str(script)],
+    stdout = run_python(
+        [str(script)],
         cwd=tmp_path,  # the rewrite writes ./rewritten_network/
         env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": ROOT},
-        capture_output=True,
-        text=True,
         timeout=180,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines()[-4:])
+    lines = dict(line.split(" ", 1) for line in stdout.strip().splitlines()[-4:])
     assert lines["O0"] == "False"  # float32 convolution: values float16 cannot hold
     # A new network each time (O1: rewritten; O2/O3: wrapped in the output cast), the same
     # parameters, float16 arithmetic, a float32 result.

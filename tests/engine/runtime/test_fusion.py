@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from msdet.bench.common import read_result
 from msdet.engine.runtime.compiler import FUSION_FLAGS, fusion_settings
-from tests.support import ROOT
+from tests.support import ROOT, run_python
 
 
 def test_fusion_settings():
@@ -37,17 +35,13 @@ def _run(fusion: str, cwd, cache, isa: str | None = None) -> tuple[list[float], 
         env["ONEDNN_MAX_CPU_ISA"] = isa
     tiny = ["data.img_size=64", "data.max_objects=8", "train.batch_size=2"]
     update = os.path.join(str(cwd), "update.npy")
-    out = subprocess.run(
-        [sys.executable, "-m", "msdet.bench.fusion", "--only", fusion, "--steps", "2"]
-        + ["--update-file", update, *tiny],
+    stdout = run_python(
+        ["-m", "msdet.bench.fusion", "--only", fusion, "--steps", "2", "--update-file", update]
+        + tiny,
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = read_result(out.stdout)
+    result = read_result(stdout)
     assert result["flags"] == FUSION_FLAGS[fusion]
     return result["losses"], np.load(update)
 

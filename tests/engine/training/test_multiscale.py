@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import mindspore as ms
 import numpy as np
@@ -21,7 +19,7 @@ from msdet.engine.training.multiscale import (
     size_range,
 )
 from tests.engine.training.multiscale_probe import train_probe
-from tests.support import ROOT
+from tests.support import run_python
 
 
 def test_sizes_are_the_originals_range():
@@ -168,16 +166,8 @@ def test_compile_cache_gets_each_size_its_own_graph(tmp_path):
     sizes in different orders must still each run every size at its own size."""
     env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=str(tmp_path))
     for seed in (3, 5):  # different first-use orders (checked below)
-        out = subprocess.run(
-            [sys.executable, "-m", "tests.engine.training.multiscale_probe", str(seed)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        seen = json.loads(out.stdout.strip().splitlines()[-1])
+        stdout = run_python(["-m", "tests.engine.training.multiscale_probe", str(seed)], env=env)
+        seen = json.loads(stdout.strip().splitlines()[-1])
         expected = [list(scheduled_size((96, 128), 2, seed, s, 1)) for s in range(12)]
         assert [s[:2] for s in seen] == expected
     assert os.listdir(tmp_path / "rank_0" / "graph_cache")
