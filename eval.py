@@ -4,14 +4,16 @@ The network, its class count and input size come from the checkpoint's descripti
 checkpoint written before msdet described them also needs ``model=...``). Uses the EMA
 weights when present, letterboxed val images of the data config at ``eval.img_size``, and
 writes detections.json, metrics.json and the evaluation plots into its run folder
-(``runs/eval/exp*``). ``--help`` lists every setting.
+(``runs/eval/exp*``). ``ckpt=`` also takes a file export.py wrote (``.mindir``, ``.onnx``):
+it runs as exported, at its own input size and batch (and with its NMS when inside).
+``--help`` lists every setting.
 """
 
 from __future__ import annotations
 
 import logging
 
-from msdet.engine.cli import Run, apply_described_size, run_command
+from msdet.engine.cli import Run, run_command
 
 log = logging.getLogger("eval")
 
@@ -27,38 +29,20 @@ def evaluate(run: Run) -> None:
     from msdet.data.build import build_val_source
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
-    from msdet.models.inference import InferenceNet, build_nms
-    from msdet.models.weights import load_described_detector
+    from msdet.engine.inference.exported import load_inference_model
 
     val = build_val_source(cfg.data)
-    detector, used_ema, description = load_described_detector(
-        cfg.ckpt, cfg.model, run.typed, val.num_classes, kernels=rt.kernels
-    )
-    apply_described_size(cfg, description, run.typed)
+    model = load_inference_model(cfg, run.typed, rt, val.num_classes)
     log.info(
-        "%s: %s%s weights, %d classes; %d val images at %s",
+        "%s: %s, %d classes; %d val images at %s",
         cfg.ckpt,
-        description.model["name"] + " " if description else "",
-        "EMA" if used_ema else "raw",
-        detector.num_classes,
+        model.summary,
+        model.num_classes,
         len(val),
         list(cfg.eval.img_size),
     )
     dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
-    metrics, _ = evaluate_on_dataset(
-        InferenceNet(detector),
-        build_nms(
-            cfg.eval,
-            detector.num_classes,
-            on_host=rt.host_nms,
-            kernels=rt.kernels,
-            max_boxes=rt.nms_max_boxes,
-        ),
-        dataset,
-        val,
-        run.dir,
-        plots=True,
-    )
+    metrics, _ = evaluate_on_dataset(model.net, model.nms, dataset, val, run.dir, plots=True)
     log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], run.dir)
 
 

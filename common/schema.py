@@ -316,6 +316,8 @@ SCHEMA: dict[str, Spec] = {
     ),
     "export.with_nms": Spec("bool"),
     "export.batch_size": INT_POSITIVE,
+    "export.out": PATH_OR_NULL,
+    "export.val": Spec("bool"),
     "run.dir": PATH_OR_NULL,
     "run.name": Spec("str", null=True, check=lambda v: None if v and os.sep not in v else "a name"),
     "run.root": Spec("str"),

@@ -41,6 +41,13 @@ def to_host(array: Any) -> np.ndarray:
     return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
 
 
+def _wait_for(outputs: Any) -> None:
+    """Block until a network's outputs (a Tensor, arrays, or a tuple of them) are ready."""
+    for out in outputs if isinstance(outputs, (tuple, list)) else (outputs,):
+        if hasattr(out, "asnumpy"):
+            out.asnumpy()
+
+
 def evaluate_on_dataset(
     detector: Any,
     nms: Any,
@@ -52,7 +59,8 @@ def evaluate_on_dataset(
     verbose: bool = True,
     plots: bool = False,
 ) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
-    """Run ``detector`` (decoded predictions) and ``nms`` over an eval dataset and score it.
+    """Run ``detector`` (decoded predictions; or an exported file's outputs,
+    ``engine.inference.exported``) and ``nms`` over an eval dataset and score it.
 
     ``dataset`` yields ``(images, index, scale)`` batches (``data.pipeline.build_eval_dataset``);
     ``source`` is its :class:`data.coco.CocoSource`. The first batch is a warm-up for the
@@ -89,7 +97,7 @@ def evaluate_on_dataset(
         images, index, scale = batch
         with speed.measure("inference"):
             preds = detector(ms.Tensor(images))
-            preds.asnumpy()
+            _wait_for(preds)
         with speed.measure("nms"):
             dets, counts = (to_host(t) for t in nms(preds))
         unreadable = index <= -2  # an image without detections: its ground truth counts

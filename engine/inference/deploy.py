@@ -1,11 +1,11 @@
 """Turn export.py's file into what Ascend deploys: an offline model (ATC) or a MindSpore Lite model.
 
-    python export.py ckpt=best.ckpt export.format=ONNX run.dir=runs/export
-    python -m msdet.engine.inference.deploy runs/export --soc 910B1   # ATC and converter_lite
-    python -m msdet.engine.inference.deploy runs/export --soc 310P3 --target om --dry-run
+    python export.py ckpt=best.ckpt export.format=ONNX export.with_nms=false export.out=deploy
+    python -m msdet.engine.inference.deploy deploy --soc 910B1   # ATC and converter_lite
+    python -m msdet.engine.inference.deploy deploy/best_yolox_s_640x640_b1.onnx --dry-run
 
-Reads ``export.json`` in the export folder (written by export.py: the file, its format and
-input shape) and runs, where the tool is on PATH:
+Reads export.py's report ``<file>.json`` (the file, its format and input shape; given the
+file, the report or a folder holding one export) and runs, where the tool is on PATH:
 
 - **ATC** (CANN's Ascend Tensor Compiler) -> ``<stem>.om``, from the **ONNX** export only:
   ATC takes ONNX (``--framework=5``, opsets 11-15) or AIR, and MindSpore 2.10 deprecates AIR
@@ -62,10 +62,37 @@ class Command:
         return " ".join((self.tool, *self.args))
 
 
-def read_export(folder: str) -> dict:
-    """``<folder>/export.json``, checked: the file exists, the format is known and the input
-    is one static NCHW shape with 3 channels and sides that are multiples of 32."""
-    path = os.path.join(folder, "export.json")
+REPORT_SUFFIXES = (".mindir.json", ".onnx.json")
+
+
+def find_report(target: str) -> str:
+    """export.py's report for ``target``: an exported file (its ``<file>.json``), a report
+    itself, or a folder holding one (``export.json``, or a single ``*.mindir.json`` /
+    ``*.onnx.json``: several are an error naming them)."""
+    if os.path.isdir(target):
+        legacy = os.path.join(target, "export.json")
+        if os.path.isfile(legacy):
+            return legacy
+        found = sorted(
+            os.path.join(target, n) for n in os.listdir(target) if n.endswith(REPORT_SUFFIXES)
+        )
+        if len(found) > 1:
+            raise DeployError(
+                f"{target} holds {len(found)} exports ({', '.join(map(os.path.basename, found))}): "
+                "name the file to deploy"
+            )
+        return found[0] if found else legacy
+    if target.endswith((".mindir", ".onnx")):
+        return target + ".json"
+    return target
+
+
+def read_export(target: str) -> dict:
+    """export.py's report for ``target`` (:func:`find_report`), checked: the file exists,
+    the format is known and the input is one static NCHW shape with 3 channels and sides
+    that are multiples of 32."""
+    path = find_report(target)
+    folder = os.path.dirname(path)
     try:
         with open(path, encoding="utf-8") as f:
             export = json.load(f)
@@ -202,7 +229,9 @@ def written_file(expected: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", help="export.py's run folder (holds export.json)")
+    parser.add_argument(
+        "folder", help="export.py's file (.onnx, .mindir), its report <file>.json, or their folder"
+    )
     parser.add_argument("--target", default="both", choices=TARGETS)
     parser.add_argument("--soc", help="the chip as npu-smi info names it (910B1) or Ascend910B1")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")

@@ -1,5 +1,11 @@
 """Export a detector to MINDIR or ONNX and check the file: it is reloaded (MindSpore for
-MINDIR, onnxruntime for ONNX) and run on sample images beside the Cell it came from.
+MINDIR, onnxruntime for ONNX) and run on sample images beside the Cell it came from, then
+(export.py) scored on the val split beside the checkpoint (``engine.inference.export_check``).
+
+The file carries its own description (``engine.inference.exported.ExportInfo``: class
+names, input shape, NMS settings, output names), so eval.py and predict.py take it as they
+take a checkpoint; ONNX outputs are named ``detections`` and ``num_detections`` (with NMS)
+or ``predictions``.
 """
 
 from __future__ import annotations
@@ -12,6 +18,16 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 from mindspore import nn
+
+from msdet.engine.inference.exported import (
+    INPUT_LAYOUT,
+    METADATA_KEY,
+    OUTPUTS_WITH_NMS,
+    OUTPUTS_WITHOUT_NMS,
+    ExportInfo,
+    weights_format,
+)
+from msdet.engine.inference.onnx_graph import OnnxEditError, label_onnx_model
 
 log = logging.getLogger("export")
 
@@ -36,20 +52,40 @@ def sample_images(batch_size: int, img_hw: tuple[int, int], seed: int = 0) -> np
     return rng.uniform(0, 255, (batch_size, 3, img_hw[0], img_hw[1])).astype(np.float32)
 
 
-def export_network(net: nn.Cell, example: np.ndarray, path_stem: str, fmt: str = "MINDIR") -> str:
+def export_network(
+    net: nn.Cell,
+    example: np.ndarray,
+    path_stem: str,
+    fmt: str = "MINDIR",
+    info: ExportInfo | None = None,
+) -> str:
     """Export ``net`` traced on ``example`` with ``mindspore.export``; returns the file path.
 
-    Raises :class:`ExportError` with MindSpore's reason when the format cannot express
-    the network (e.g. an operator without an ONNX mapping).
+    ``info``: the description stored in the file (MINDIR ``user_info``, ONNX
+    ``metadata_props``, key ``METADATA_KEY``); an ONNX file's outputs are renamed to its
+    output names. Raises :class:`ExportError` with MindSpore's reason when the format cannot
+    express the network (e.g. an operator without an ONNX mapping).
     """
     fmt = check_export_format(fmt)
     path = path_stem + FILE_SUFFIX[fmt]
+    extra: dict[str, Any] = {}
+    if info is not None and fmt == "MINDIR":
+
+        def describe(model: Any) -> None:
+            model.user_info[METADATA_KEY] = info.to_json()
+
+        extra["custom_func"] = describe
     try:
-        ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt)
+        ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt, **extra)
     except Exception as err:  # MindSpore raises RuntimeError/TypeError/ValueError here
         raise ExportError(f"{fmt} export failed: {first_line(err)}") from err
     if not os.path.isfile(path):
         raise ExportError(f"{fmt} export wrote no file {path}")
+    if info is not None and fmt == "ONNX":
+        try:
+            label_onnx_model(path, list(info.outputs), {METADATA_KEY: info.to_json()})
+        except OnnxEditError as err:
+            raise ExportError(f"ONNX export could not be labelled: {err}") from err
     return path
 
 
@@ -69,26 +105,64 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     )
 
 
-def verify_mindir(net: nn.Cell, path: str, example: np.ndarray, atol: float = 1e-4) -> float:
-    """Load ``path`` back (``mindspore.load`` + ``nn.GraphCell``), run it and ``net`` on
-    ``example``; return the max absolute output difference, raising :class:`ExportError`
-    when it exceeds ``atol``.
-    """
-    graph = nn.GraphCell(ms.load(path))
-    expected = run_cell(net, example)
-    got = run_cell(graph, example)
+# What "the same outputs" means for a file checked against its network: |file - network|
+# <= ATOL + RTOL * |network|. Box coordinates are input pixels (hundreds), so another
+# runtime's float32 rounding of them exceeds any absolute bound that suits the scores.
+ATOL, RTOL = 1e-4, 1e-5
+
+
+def _by_score(dets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """NMS outputs with each image's detections in one order whatever the order of equal
+    scores: by score (to 1e-4), then class and corners; padding rows zeroed."""
+    out = np.zeros_like(dets)
+    for i, n in enumerate(counts.reshape(-1).astype(int)):
+        rows = dets[i, :n]
+        keys = (
+            rows[:, 3],
+            rows[:, 2],
+            rows[:, 1],
+            rows[:, 0],
+            rows[:, 5],
+            -np.round(rows[:, 4], 4),
+        )
+        out[i, :n] = rows[np.lexsort(keys)]
+    return out
+
+
+def check_outputs(path: str, expected: list[np.ndarray], got: list[np.ndarray]) -> float:
+    """The max absolute difference between a file's outputs and its network's, or
+    :class:`ExportError` when any element is outside ``ATOL + RTOL * |expected|``.
+
+    NMS outputs (detections, counts) are compared in :func:`_by_score`'s order: detections
+    of equal score (e.g. the letterbox's padding, the same features everywhere) come out in
+    either order from another runtime."""
+    if len(expected) == 2 and expected[0].ndim == 3 and max_abs_diff(expected[1:], got[1:]) == 0:
+        expected = [_by_score(expected[0], expected[1]), expected[1]]
+        got = [_by_score(got[0], got[1]), got[1]]
     diff = max_abs_diff(expected, got)
-    if not np.isfinite(diff) or diff > atol:
+    close = all(
+        np.allclose(g.astype(np.float64), e.astype(np.float64), rtol=RTOL, atol=ATOL)
+        for e, g in zip(expected, got)
+    )
+    if not np.isfinite(diff) or not close:
         raise ExportError(
-            f"{path} computes something else than the network: max abs diff {diff:.3g} > {atol}"
+            f"{path} computes something else than the network: max abs diff {diff:.3g} "
+            f"(tolerance {ATOL:g} + {RTOL:g} x |value|)"
         )
     return diff
 
 
-def verify_onnx(net: nn.Cell, path: str, example: np.ndarray, atol: float = 1e-4) -> float | None:
+def verify_mindir(net: nn.Cell, path: str, example: np.ndarray) -> float:
+    """Load ``path`` back (``mindspore.load`` + ``nn.GraphCell``), run it and ``net`` on
+    ``example``; return the max absolute output difference (:func:`check_outputs`)."""
+    graph = nn.GraphCell(ms.load(path))
+    return check_outputs(path, run_cell(net, example), run_cell(graph, example))
+
+
+def verify_onnx(net: nn.Cell, path: str, example: np.ndarray) -> float | None:
     """Run ``path`` with onnxruntime and ``net`` on ``example``; return the max absolute output
-    difference (raising :class:`ExportError` above ``atol``), or None when onnxruntime is
-    not installed (it is not a msdet requirement).
+    difference (:func:`check_outputs`), or None when onnxruntime is not installed (it is
+    not a msdet requirement).
     """
     try:
         import onnxruntime
@@ -97,25 +171,25 @@ def verify_onnx(net: nn.Cell, path: str, example: np.ndarray, atol: float = 1e-4
         return None
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: example})
-    diff = max_abs_diff(run_cell(net, example), [np.asarray(g) for g in got])
-    if not np.isfinite(diff) or diff > atol:
-        raise ExportError(
-            f"{path} computes something else than the network: max abs diff {diff:.3g} > {atol}"
-        )
-    return diff
+    return check_outputs(path, run_cell(net, example), [np.asarray(g) for g in got])
 
 
 def export_and_verify(
-    net: nn.Cell, example: np.ndarray, path_stem: str, fmt: str
+    net: nn.Cell,
+    example: np.ndarray,
+    path_stem: str,
+    fmt: str,
+    info: ExportInfo | None = None,
 ) -> dict[str, Any]:
-    """Export ``net`` and check the file against the Cell; returns a report for export.json.
+    """Export ``net`` and check the file against the Cell; returns the report on it.
 
+    ``info``: the description stored in the file (see :func:`export_network`).
     The report holds ``file``, ``format``, ``input_shape``, ``output_shapes``,
     ``max_abs_diff`` (None: an ONNX file that could not be checked without onnxruntime) and,
     for a network with NMS, ``example_detections``: how many detections the compared
     outputs held (0 would make the check say nothing about the boxes).
     """
-    path = export_network(net, example, path_stem, fmt)
+    path = export_network(net, example, path_stem, fmt, info)
     if fmt.upper() == "MINDIR":
         diff = verify_mindir(net, path, example)
     else:
@@ -141,18 +215,40 @@ def first_line(err: BaseException) -> str:
     return type(err).__name__
 
 
-def export_checkpoint(cfg: Any, typed: dict[str, str], out_dir: str) -> dict:
+def export_folder(cfg: Any) -> str:
+    """Where export.py writes: ``export.out``, else the checkpoint's own folder."""
+    folder = cfg.export.out or os.path.dirname(os.path.abspath(cfg.ckpt))
+    os.makedirs(folder, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise ExportError(f"cannot write into {folder}: name another folder with export.out=")
+    return folder
+
+
+def report_path(model_file: str) -> str:
+    """The JSON report export.py writes beside an exported file: ``<file>.json``."""
+    return model_file + ".json"
+
+
+def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = None) -> dict:
     """export.py's work: the checkpoint ``cfg.ckpt`` built from its description, exported
-    as ``cfg.export`` asks into ``out_dir``, verified, and described in ``export.json``
-    beside the file. Returns that report; :class:`ExportError` when the file cannot be
-    written or computes something else."""
+    as ``cfg.export`` asks into :func:`export_folder` as
+    ``<checkpoint stem>_<model>_<h>x<w>_b<batch>[_nms].<mindir|onnx>``, verified on sample
+    images, scored beside the checkpoint on the val split (``export.val``; the evaluations'
+    files go to ``run_dir``), and described in :func:`report_path`. Returns that report;
+    :class:`ExportError` when the file cannot be written or computes something else."""
     from omegaconf import OmegaConf
 
     from msdet.engine.cli import apply_described_size
+    from msdet.engine.inference.export_check import compare_on_val
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.models.weights import load_described_detector
 
     fmt = check_export_format(cfg.export.format)
+    if weights_format(cfg.ckpt) != "checkpoint":
+        raise ExportError(
+            f"ckpt={cfg.ckpt} is an exported {weights_format(cfg.ckpt)} file already: "
+            "export.py exports a checkpoint (.ckpt)"
+        )
     detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
     apply_described_size(cfg, description, typed)
     model_name = description.model["name"] if description else str(cfg.model.name)
@@ -160,9 +256,29 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], out_dir: str) -> dict:
     net = InferenceNet(detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None)
     h, w = (int(v) for v in cfg.eval.img_size)
     batch = int(cfg.export.batch_size)
-    stem = os.path.join(out_dir, f"{model_name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else ""))
+    ckpt_stem = os.path.splitext(os.path.basename(cfg.ckpt))[0]
+    name = f"{ckpt_stem}_{model_name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")
+    stem = os.path.join(export_folder(cfg), name)
+    nms_settings = OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None
+    if nms_settings is not None:
+        nms_settings = {
+            k: v for k, v in nms_settings.items() if k not in ("img_size", "batch_size")
+        }
+    info = ExportInfo(
+        format=fmt,
+        model=model_name,
+        num_classes=detector.num_classes,
+        class_names=description.class_names if description else None,
+        category_ids=description.category_ids if description else None,
+        input_shape=[batch, 3, h, w],
+        with_nms=with_nms,
+        nms=nms_settings,
+        outputs=dict(OUTPUTS_WITH_NMS if with_nms else OUTPUTS_WITHOUT_NMS),
+        checkpoint=os.path.basename(cfg.ckpt),
+        ema_weights=used_ema,
+    )
     try:
-        report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt)
+        report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt, info)
     except ExportError as err:
         hint = (
             " (the plain network may still export: add export.with_nms=false)" if with_nms else ""
@@ -172,17 +288,18 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], out_dir: str) -> dict:
         checkpoint=os.path.abspath(cfg.ckpt),
         ema_weights=used_ema,
         model=model_name,
-        class_names=description.class_names if description else None,
+        class_names=info.class_names,
         num_classes=detector.num_classes,
         with_nms=with_nms,
-        nms=OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None,
-        outputs=(
-            "dets [B, max_det, 6] (x1, y1, x2, y2 in input pixels, score, class index), counts [B]"
-            if with_nms
-            else "predictions [B, A, 5 + C] (cx, cy, w, h in input pixels, objectness, class probs)"
-        ),
-        input="BGR 0-255 float32 [B, 3, H, W], letterboxed (image top-left, pad 114)",
+        nms=nms_settings,
+        outputs=info.outputs,
+        input=INPUT_LAYOUT,
     )
-    with open(os.path.join(out_dir, "export.json"), "w", encoding="utf-8") as f:
+    if cfg.export.val:
+        report["val"] = compare_on_val(cfg, detector, report["file"], typed, rt, run_dir)
+    with open(report_path(report["file"]), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
+    val = report.get("val") or {}
+    if val.get("agrees") is False:
+        raise ExportError(val["verdict"])
     return report

@@ -27,10 +27,8 @@ from msdet.data.build import dataset_classes
 from msdet.data.image_io import read_image, to_bgr_uint8
 from msdet.data.transforms import letterbox
 from msdet.data.visualize import draw_boxes
-from msdet.engine.cli import apply_described_size
 from msdet.engine.evaluation.detections import detection_records, detections_in_image
 from msdet.engine.runtime.process import Runtime, setup_runtime
-from msdet.ops.cpu_kernels import NATIVE
 
 log = logging.getLogger("predict")
 
@@ -80,34 +78,29 @@ class Detections:
 
 
 class Predictor:
-    """A checkpoint ready to detect: :meth:`predict` an image, :meth:`draw` the result.
+    """A model ready to detect: :meth:`predict` an image, :meth:`draw` the result. The
+    model is a checkpoint or a file export.py wrote (``.mindir``, ``.onnx``: the same
+    detections, see ``engine.inference.exported``).
 
     ``cfg`` is the composed config (``ckpt``, ``eval`` for NMS and input size, ``predict``
     for the score threshold); the runtime must be set up already (``rt``: where NMS runs and
     which CPU kernels the network is built with; None: on the device, no kernels).
     :meth:`load` does both from a checkpoint path alone.
 
-    The network and its class names come from the checkpoint's description. A checkpoint
-    written before descriptions existed is built from ``cfg.model``; its class names come
-    from a dataset named on the command line (``data=``, ``data.root=``, ``data.classes=``:
-    read from its config or annotation file, never built), else they are numbered.
+    The network and its class names come from the checkpoint's (or file's) description. A
+    checkpoint written before descriptions existed is built from ``cfg.model``; its class
+    names come from a dataset named on the command line (``data=``, ``data.root=``,
+    ``data.classes=``: read from its config or annotation file, never built), else they are
+    numbered.
     """
 
     def __init__(self, cfg: Any, rt: Runtime | None = None, typed: dict[str, str] | None = None):
         import mindspore as ms
 
-        from msdet.models.inference import InferenceNet, build_nms
-        from msdet.models.weights import load_described_detector
+        from msdet.engine.inference.exported import load_inference_model
 
         typed = typed or {}
-        kernels = rt.kernels if rt is not None else NATIVE
-        detector, used_ema, description = load_described_detector(
-            cfg.ckpt, cfg.model, typed, kernels=kernels
-        )
-        apply_described_size(cfg, description, typed)
         self._ms = ms
-        self.img_size = tuple(int(v) for v in cfg.eval.img_size)
-        self.num_classes = detector.num_classes
         self.conf = float(cfg.predict.conf)
         if "eval.conf_thresh" in typed and "predict.conf" not in typed:
             log.warning(
@@ -116,24 +109,18 @@ class Predictor:
                 self.conf,
                 typed["eval.conf_thresh"],
             )
-        self.net = InferenceNet(detector)
-        self.nms = build_nms(
-            cfg.eval,
-            self.num_classes,
-            on_host=rt is not None and rt.host_nms,
-            conf_thresh=self.conf,
-            kernels=kernels,
-            max_boxes=rt.nms_max_boxes if rt is not None else None,
-        )
-        if description is not None:
-            self.class_names, self.category_ids = description.class_names, description.category_ids
+        model = load_inference_model(cfg, typed, rt, conf_thresh=self.conf)
+        self.img_size = tuple(int(v) for v in cfg.eval.img_size)
+        self.num_classes = model.num_classes
+        self.net, self.nms = model.net, model.nms
+        if model.class_names is not None:
+            self.class_names, self.category_ids = model.class_names, model.category_ids
         else:
             self.class_names, self.category_ids = self._classes_without_description(cfg, typed)
         log.info(
-            "%s: %s%s weights, %d classes (%s); score >= %g",
+            "%s: %s, %d classes (%s); score >= %g",
             cfg.ckpt,
-            description.model["name"] + " " if description else "",
-            "EMA" if used_ema else "raw",
+            model.summary,
             self.num_classes,
             ", ".join(self.class_names[:5]) + (", ..." if self.num_classes > 5 else ""),
             self.conf,

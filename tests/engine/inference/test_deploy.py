@@ -119,3 +119,21 @@ def test_the_om_atc_wrote_is_found_under_the_name_it_chose(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "--soc_version=Ascend910B1" in out
     assert f"wrote {str(model)[: -len('.onnx')]}_linux_aarch64.om" in out
+
+
+def test_the_report_is_found_from_the_file_or_its_folder(tmp_path):
+    """export.py writes <file>.json beside each file: deploy takes the file, its report, or
+    a folder holding one export, and names the files when a folder holds several."""
+    model = tmp_path / "best_yolox_s_640x640_b1.onnx"
+    model.write_bytes(b"model")
+    record = {"file": str(model), "format": "ONNX", "input_shape": [1, 3, 640, 640]}
+    (tmp_path / (model.name + ".json")).write_text(json.dumps(record))
+    for target in (model, tmp_path / (model.name + ".json"), tmp_path):
+        assert read_export(str(target))["file"] == str(model)
+    other = tmp_path / "last_yolox_s_640x640_b1.mindir"
+    other.write_bytes(b"model")
+    (tmp_path / (other.name + ".json")).write_text(json.dumps({**record, "file": str(other)}))
+    with pytest.raises(
+        DeployError, match=r"holds 2 exports \(best_.*onnx.json, last_.*mindir.json\)"
+    ):
+        read_export(str(tmp_path))

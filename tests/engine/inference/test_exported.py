@@ -1,0 +1,211 @@
+"""Exported files as eval.py's and predict.py's network: what they carry, how they run, and
+(slow) the same detections as the checkpoint they came from."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from msdet.engine.inference.exported import (
+    METADATA_KEY,
+    OUTPUTS_WITH_NMS,
+    ExportedModel,
+    ExportedModelError,
+    ExportedNMS,
+    ExportInfo,
+    apply_export_input,
+    exported_nms,
+    read_export_info,
+    weights_format,
+)
+from tests.engine.inference.test_onnx_graph import write_model
+
+
+def info(**changes) -> ExportInfo:
+    fields = {
+        "format": "ONNX",
+        "model": "yolox_nano",
+        "num_classes": 3,
+        "class_names": ["disc", "rectangle", "triangle"],
+        "category_ids": [1, 3, 7],
+        "input_shape": [2, 3],
+        "with_nms": True,
+        "nms": {"conf_thresh": 0.01, "nms_iou": 0.65, "pre_nms_topk": 1000, "max_det": 100,
+                "class_agnostic": False},
+        "outputs": dict(OUTPUTS_WITH_NMS),
+        "checkpoint": "best.ckpt",
+        "ema_weights": True,
+    }  # fmt: skip
+    return ExportInfo(**{**fields, **changes})
+
+
+def test_the_format_is_the_suffix():
+    assert weights_format("runs/x/best.ckpt") == "checkpoint"
+    assert weights_format("best_yolox_nano_320x320_b1_nms.MINDIR") == "MINDIR"
+    assert weights_format("model.onnx") == "ONNX"
+    assert weights_format("weights.pth") == "checkpoint"  # read as one; its error says more
+
+
+def test_the_description_travels_inside_the_file(tmp_path):
+    path = tmp_path / "model.onnx"
+    write_model(path, {METADATA_KEY: info().to_json()}, dims=(2, 3))
+    assert read_export_info(str(path)) == info()
+    bare = tmp_path / "bare.onnx"
+    write_model(bare)
+    with pytest.raises(ExportedModelError, match="no msdet description.*export the checkpoint"):
+        read_export_info(str(bare))
+    wrong = tmp_path / "model.mindir"
+    wrong.write_bytes(path.read_bytes())
+    with pytest.raises(ExportedModelError, match="holds a ONNX model, its suffix says MINDIR"):
+        read_export_info(str(wrong))
+    with pytest.raises(ExportedModelError, match="exported model not found"):
+        read_export_info(str(tmp_path / "gone.onnx"))
+
+
+def test_a_smaller_batch_is_padded_to_the_files_and_cut_back(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "model.onnx"
+    write_model(path, {METADATA_KEY: info().to_json()}, dims=(2, 3))
+    model = ExportedModel(str(path))
+    out = model.run(np.array([[-1.0, 0.5, 2.0]], np.float32))
+    assert [o.shape for o in out] == [(1, 3), (1, 3)]
+    np.testing.assert_array_equal(out[0], [[0.0, 0.5, 2.0]])
+    with pytest.raises(ExportedModelError, match=r"takes input \[2, 3\], got \[3, 3\]"):
+        model.run(np.zeros((3, 3), np.float32))
+
+
+def test_nms_inside_the_file_keeps_its_detections_over_the_threshold():
+    dets = np.zeros((2, 4, 6), np.float32)
+    dets[0, :3, 4] = [0.9, 0.3, 0.2]
+    dets[0, :3, 0] = [1, 2, 3]
+    dets[1, :2, 4] = [0.26, 0.24]
+    counts = np.array([3, 2], np.int32)
+    out, kept = ExportedNMS(0.25)((dets, counts))
+    assert kept.tolist() == [2, 1] and kept.dtype == np.int32
+    np.testing.assert_array_equal(out[0, :2, 4], np.float32([0.9, 0.3]))
+    np.testing.assert_array_equal(out[0, :2, 0], [1, 2])
+    assert (out[0, 2:] == 0).all() and out[1, 0, 4] == np.float32(0.26)
+
+
+def test_run_time_nms_settings_cannot_change_the_files_and_say_so(caplog):
+    eval_cfg = OmegaConf.create({"conf_thresh": 0.01})
+    with caplog.at_level(logging.WARNING):
+        nms = exported_nms(info(), "m.onnx", eval_cfg, {"eval.nms_iou": "0.5"}, 0.001)
+    assert nms.conf_thresh == 0.01  # the file dropped everything under its own 0.01
+    text = caplog.text
+    assert "eval.nms_iou=0.5 cannot change it" in text and "export.with_nms=false" in text
+    assert "keeps none below it" in text
+    assert exported_nms(info(with_nms=False), "m.onnx", eval_cfg, {}, None) is None
+
+
+def test_the_input_size_is_the_files():
+    cfg = OmegaConf.create({"eval": {"img_size": [640, 640], "batch_size": 8}})
+    shaped = info(input_shape=[1, 3, 320, 416])
+    apply_export_input(cfg, shaped, "m.onnx", {})
+    assert list(cfg.eval.img_size) == [320, 416] and cfg.eval.batch_size == 1
+    cfg.eval.img_size = [640, 640]
+    with pytest.raises(ExportedModelError, match="takes 320x416 images only"):
+        apply_export_input(cfg, shaped, "m.onnx", {"eval.img_size": "640"})
+    assert json.loads(shaped.to_json())["input_shape"] == [1, 3, 320, 416]
+
+
+def varied_nano(path, size: int = 64) -> None:
+    """A described 3-class nano whose scores vary from anchor to anchor as a trained one's
+    do: He-normal convolutions (the stem scaled for 0-255 input), spread head biases. (A
+    random init scores every anchor of a level alike: their order after NMS is arbitrary.)"""
+    import mindspore as ms
+
+    from msdet.models.description import DESCRIPTION_KEY, describe
+    from msdet.models.yolox import build_model, load_model_config
+
+    cfg = load_model_config("yolox_nano")
+    net = build_model(cfg, 3)
+    rng = np.random.default_rng(0)
+    for name, param in net.parameters_and_names():
+        value = None
+        if param.ndim == 4:
+            value = rng.normal(0, np.sqrt(2.0 / np.prod(param.shape[1:])), param.shape)
+            value /= 128 if name.startswith("backbone.backbone.stem") else 1
+        elif (".cls_preds." in name or ".obj_preds." in name) and name.endswith(".bias"):
+            value = rng.normal(-0.5, 1.0, param.shape)
+        if value is not None:
+            param.set_data(ms.Tensor(value.astype(np.float32)))
+    names, ids = ["disc", "rectangle", "triangle"], [1, 3, 7]
+    description = describe(cfg, 3, names, ids, [size, size], "train")
+    ms.save_checkpoint(net, str(path), append_dict={DESCRIPTION_KEY: description.to_json()})
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """:func:`varied_nano` exported three ways, beside it."""
+    from msdet.common.config import load_config
+    from msdet.engine.inference.export import export_checkpoint
+
+    folder = tmp_path_factory.mktemp("exported")
+    ckpt = folder / "nano.ckpt"
+    varied_nano(ckpt)
+    reports = {}
+    for fmt, nms in (("MINDIR", "true"), ("ONNX", "true"), ("ONNX", "false")):
+        overrides = [
+            f"ckpt={ckpt}",
+            f"export.format={fmt}",
+            f"export.with_nms={nms}",
+            "export.val=false",
+            "runtime.cpu_kernels=native",
+        ]
+        cfg = load_config("export", overrides)
+        typed = dict(o.split("=", 1) for o in overrides)
+        reports[fmt, nms] = export_checkpoint(cfg, typed, str(folder / "run"))
+    return ckpt, reports
+
+
+@pytest.mark.slow
+def test_exported_files_detect_what_their_checkpoint_detects(exports, tmp_path):
+    import onnxruntime
+
+    from msdet.common.config import load_config
+    from msdet.data.synthetic import categories_for, render_image
+    from msdet.engine.inference.predictor import Predictor
+
+    ckpt, reports = exports
+    names = ["disc", "rectangle", "triangle"]
+    expected_outputs = {"true": ["detections", "num_detections"], "false": ["predictions"]}
+    for (fmt, nms), report in reports.items():
+        assert report["file"].startswith(str(ckpt.parent))  # beside the checkpoint
+        assert report["file"].endswith(
+            f"nano_yolox_nano_64x64_b1{'_nms' * (nms == 'true')}.{fmt.lower()}"
+        )
+        with open(report["file"] + ".json", encoding="utf-8") as f:
+            assert json.load(f)["outputs"] == report["outputs"]
+        if fmt == "ONNX":
+            session = onnxruntime.InferenceSession(report["file"])
+            assert [o.name for o in session.get_outputs()] == expected_outputs[nms]
+
+    def predictor(path):
+        cfg = load_config("predict", [f"ckpt={path}", "runtime.device=CPU"])
+        return Predictor(cfg, None, typed={"ckpt": str(path)})
+
+    rng = np.random.default_rng(3)
+    images = [render_image(rng, categories_for(None), 8)[0] for _ in range(3)]
+    reference = predictor(ckpt)
+    want = [reference.predict(img) for img in images]
+    assert sum(len(d) for d in want) >= 10, "the comparison needs detections"
+    assert len(np.unique(np.concatenate([d.scores for d in want]))) >= 10  # no tied scores
+    for key, report in reports.items():
+        exported = predictor(report["file"])
+        assert exported.img_size == reference.img_size == (64, 64)
+        assert exported.class_names == reference.class_names == names
+        for img, expected in zip(images, want):
+            got = exported.predict(img)
+            np.testing.assert_array_equal(got.labels, expected.labels)
+            # The same network: MINDIR bit-equal; onnxruntime's kernels round differently.
+            np.testing.assert_allclose(
+                got.boxes, expected.boxes, rtol=0, atol=1e-3, err_msg=str(key)
+            )
+            np.testing.assert_allclose(
+                got.scores, expected.scores, rtol=0, atol=1e-5, err_msg=str(key)
+            )
