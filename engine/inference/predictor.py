@@ -4,7 +4,8 @@
 
     predictor = Predictor.load("runs/train/exp/checkpoints/best.ckpt")  # sets MindSpore up
     result = predictor.predict("image.jpg")  # or a uint8 BGR array [H, W, 3]
-    result.boxes, result.scores, result.labels, result.names
+    result.boxes, result.scores, result.labels  # per detection; result.label_names too
+    result.names  # the model's class names: result.names[result.labels[k]]
 
 :func:`predict_source` is predict.py's loop over images, folders, globs, videos and a camera
 (``data.media``), writing into the run folder. Importing this module does not import
@@ -40,17 +41,20 @@ _process_runtime: Runtime | None = None  # what Predictor.load set up (once per 
 class Detections:
     """One image's detections in its own pixels, best score first.
 
-    ``boxes`` [n, 4] float32 x1, y1, x2, y2 (clipped to the image), ``scores`` [n],
-    ``labels`` [n] the checkpoint's class indices, ``names`` and ``category_ids`` per
-    detection (the dataset's ids, e.g. COCO's 1..90), ``image_hw`` (height, width).
+    Per detection: ``boxes`` [n, 4] float32 x1, y1, x2, y2 (clipped to the image),
+    ``scores`` [n], ``labels`` [n] the model's class indices, ``label_names`` [n] their
+    class names and ``category_ids`` [n] their dataset ids (e.g. COCO's 1..90). For the
+    image: ``image_hw`` (height, width) and ``names``, the model's class names, indexed by
+    label (``names[labels[k]] == label_names[k]``).
     """
 
     boxes: np.ndarray
     scores: np.ndarray
     labels: np.ndarray
-    names: list[str]
+    label_names: list[str]
     category_ids: list[int]
     image_hw: tuple[int, int]
+    names: list[str]
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -59,9 +63,9 @@ class Detections:
         """predict.py's records: ``bbox`` [x, y, w, h], ``score``, ``category_id``,
         ``category_name`` (the format of eval's detections.json, plus the name)."""
         xywh = np.concatenate((self.boxes[:, :2], self.boxes[:, 2:] - self.boxes[:, :2]), 1)
-        # names and ids are per detection here: detection k is "class" k of the tables.
+        # label_names and category_ids are per detection: detection k is "class" k here.
         return detection_records(
-            xywh, self.scores, np.arange(len(self)), self.category_ids, self.names
+            xywh, self.scores, np.arange(len(self)), self.category_ids, self.label_names
         )
 
     def yolo_lines(self, with_score: bool = False) -> list[str]:
@@ -166,9 +170,10 @@ class Predictor:
             boxes=boxes,
             scores=scores,
             labels=labels,
-            names=[str(self.class_names[k]) for k in labels],
+            label_names=[str(self.class_names[k]) for k in labels],
             category_ids=[int(self.category_ids[k]) for k in labels],
             image_hw=hw,
+            names=[str(n) for n in self.class_names],
         )
 
     def draw(self, img: np.ndarray, detections: Detections) -> np.ndarray:

@@ -40,7 +40,8 @@ print("RESULT " + json.dumps({
     "records": result.records(),
     "array": predictor.predict(cv2.imread(image)).records(),
     "boxes": result.boxes.tolist(), "scores": result.scores.tolist(),
-    "labels": result.labels.tolist(), "names": result.names, "frames": frames,
+    "labels": result.labels.tolist(), "label_names": result.label_names, "names": result.names,
+    "frames": frames,
 }))
 """
 
@@ -113,6 +114,49 @@ def test_the_api_returns_what_predict_py_writes(tmp_path):
     boxes = np.array(got["boxes"])
     xywh = np.concatenate((boxes[:, :2], boxes[:, 2:] - boxes[:, :2]), 1)
     np.testing.assert_allclose(xywh, [r["bbox"] for r in preds["a/x.jpg"]], atol=0.005 + 1e-9)
-    assert got["names"] == [r["category_name"] for r in preds["a/x.jpg"]]
+    assert got["label_names"] == [r["category_name"] for r in preds["a/x.jpg"]]
+    assert got["names"] == ["disc", "rectangle", "triangle"]  # the model's classes
     assert [[1, 3, 7][k] for k in got["labels"]] == [r["category_id"] for r in preds["a/x.jpg"]]
     np.testing.assert_allclose(got["scores"], [r["score"] for r in preds["a/x.jpg"]], atol=5e-6)
+
+
+# A user's session outside the repository: only the installed package `msdet` is there.
+ANYWHERE_SESSION = """
+import importlib.util, json, os, sys
+top_level = {n: importlib.util.find_spec(n) is not None
+             for n in ("models", "data", "ops", "engine", "common", "porting", "bench")}
+import msdet
+from msdet.engine.inference.predictor import Predictor
+predictor = Predictor.load(sys.argv[1], device="CPU")
+result = predictor.predict(sys.argv[2])
+print("RESULT " + json.dumps({
+    "top_level": top_level, "names": result.names, "label_names": result.label_names,
+    "labels": result.labels.tolist(), "cwd": os.getcwd(),
+}))
+"""
+
+
+def test_the_api_works_from_any_folder_with_only_msdet_importable(tmp_path):
+    ckpt = tmp_path / "nano.ckpt"
+    described_nano(ckpt)
+    img, _ = render_image(np.random.default_rng(0), categories_for(None), 8)
+    cv2.imwrite(str(tmp_path / "x.jpg"), img)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    api = subprocess.run(
+        [sys.executable, "-c", ANYWHERE_SESSION, str(ckpt), str(tmp_path / "x.jpg")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert api.returncode == 0, api.stderr[-3000:]
+    got = json.loads(api.stdout.split("RESULT ", 1)[1])
+    assert got["cwd"] == str(work) and not work.samefile(ROOT)
+    assert not any(got["top_level"].values()), got["top_level"]
+    assert got["names"] == ["disc", "rectangle", "triangle"]
+    assert len(got["labels"]) > 0, "the check needs detections"
+    assert got["label_names"] == [got["names"][k] for k in got["labels"]]
+    assert not list(work.iterdir())  # nothing left in the user's folder

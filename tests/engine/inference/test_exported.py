@@ -201,6 +201,8 @@ def test_exported_files_detect_what_their_checkpoint_detects(exports, tmp_path):
         assert exported.class_names == reference.class_names == names
         for img, expected in zip(images, want):
             got = exported.predict(img)
+            assert got.names == expected.names == names
+            assert got.label_names == expected.label_names, key
             np.testing.assert_array_equal(got.labels, expected.labels)
             # The same network: MINDIR bit-equal; onnxruntime's kernels round differently.
             np.testing.assert_allclose(

@@ -41,6 +41,7 @@ class StandIn:
             [CLASS_NAMES[k] for k in labels],
             [CATEGORY_IDS[k] for k in labels],
             (h, w),
+            list(CLASS_NAMES),
         )
 
     def draw(self, img, detections):
@@ -157,8 +158,9 @@ def test_yolo_lines_without_score_and_empty_files(tmp_path):
     dets = StandIn().predict(np.zeros((50, 100, 3), np.uint8))
     assert dets.yolo_lines() == ["2 0.2575 0.3975 0.485 0.705", "0 0.5 0.5 1 1"]
     empty = Detections(
-        np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [], [], (5, 5)
-    )
+        np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [], [],
+        (5, 5), list(CLASS_NAMES),
+    )  # fmt: skip
     assert empty.yolo_lines() == [] and empty.records() == []
 
 
@@ -171,3 +173,14 @@ def test_same_stem_in_one_folder_is_named_in_a_warning(tmp_path, caplog):
         "x.jpg and x.png share their output names (labels/*.txt, *.frames.json): the last "
         "one's are kept"
     ]
+
+
+def test_names_are_the_models_classes_and_label_names_each_detections():
+    """Ultralytics' meaning: ``result.names`` is the model's class list, indexed by label."""
+    dets = StandIn().predict(np.zeros((50, 100, 3), np.uint8))
+    assert dets.names == ["disc", "rectangle", "triangle"]
+    assert dets.labels.tolist() == [2, 0]
+    assert dets.label_names == ["triangle", "disc"]
+    assert [dets.names[k] for k in dets.labels] == dets.label_names
+    assert [r["category_name"] for r in dets.records()] == ["triangle", "disc"]
+    assert [r["category_id"] for r in dets.records()] == [7, 1]
