@@ -148,7 +148,8 @@ def run_device_checks(overrides: list[str], keys: list[str], work: str) -> None:
             lines = [Check(key, "failed", note=error_note(err))]
         for check in lines:
             check.seconds = check.seconds or time.perf_counter() - started
-            check.figures.setdefault("graphs", GRAPHS.get(key, 0))
+            compiled = GRAPHS.get(key, 0) if check.status != "skipped" else 0
+            check.figures.setdefault("graphs", compiled)
             record.check(key, check)
 
 
