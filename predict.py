@@ -7,7 +7,8 @@ paths, ``predictions.json`` (per image: ``bbox`` [x, y, w, h] in original pixels
 ``score``, ``category_id``, ``category_name``), ``<video>.frames.json`` (the same records
 per frame) and, with ``predict.save_txt=true``, YOLO labels in ``labels/``. Boxes scoring
 under ``predict.conf`` (0.25) are dropped. The network and its class names come from the
-checkpoint. ``--help`` lists every setting.
+checkpoint, or from a file export.py wrote (``ckpt=model.mindir``, ``ckpt=model.onnx``: the
+same detections). ``--help`` lists every setting.
 """
 
 from __future__ import annotations

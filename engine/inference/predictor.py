@@ -138,9 +138,10 @@ class Predictor:
         device: str = "auto",
         overrides: Sequence[str] = (),
     ) -> Predictor:
-        """A Predictor for ``ckpt`` in a plain Python session: composes ``configs/`` as the
-        entry points do and sets MindSpore up (``runtime.device=device``: auto = Ascend
-        when present, else CPU; once per process, before MindSpore runs anything else).
+        """A Predictor for ``ckpt`` (a checkpoint, or a ``.mindir``/``.onnx`` file export.py
+        wrote) in a plain Python session: composes ``configs/`` as the entry points do and
+        sets MindSpore up (``runtime.device=device``: auto = Ascend when present, else CPU;
+        once per process, before MindSpore runs anything else).
 
         ``conf``: the score threshold (default ``predict.conf``, 0.25); ``overrides``:
         further config overrides as on predict.py's command line (``eval.nms_iou=0.5``,
