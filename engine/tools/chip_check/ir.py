@@ -286,11 +286,25 @@ def list_primitives(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if old["MS_DEV_SAVE_GRAPHS"] is None:
+            _keep_later_dumps_out_of_the_working_directory()
     try:
         return collect(dump_dir, stage=stage, include_virtual=include_virtual, by_shape=by_shape)
     finally:
         if keep_dir is None:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+def _keep_later_dumps_out_of_the_working_directory() -> None:
+    """MindSpore 2.10 keeps dumping IR once a process turned the dump on (unsetting the
+    variables, or setting them to 0, does not stop it), into the working directory when no
+    path is set: send this process's later dumps to a temporary folder removed at its exit.
+    Callers that compile much afterwards should list primitives in a process of their own."""
+    import atexit
+
+    later = tempfile.mkdtemp(prefix="ms_ir_after_")
+    os.environ["MS_DEV_SAVE_GRAPHS_PATH"] = later
+    atexit.register(shutil.rmtree, later, ignore_errors=True)
 
 
 if __name__ == "__main__":
