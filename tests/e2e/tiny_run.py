@@ -36,6 +36,14 @@ NO_AUG = [
 ]
 
 
+def taken_by(script: str, overrides: list[str]) -> list[str]:
+    """The settings of ``overrides`` that ``script`` takes (eval.py refuses train.*)."""
+    from msdet.common.config import COMMANDS
+
+    sections = COMMANDS[script.removesuffix(".py")].sections
+    return [o for o in overrides if o.split("=", 1)[0].split(".")[0] in sections]
+
+
 def tiny_val_split(cache_dir, *overrides: str) -> tuple[Path, Path]:
     """(annotation file, image folder) of the TINY set's val split, generated if missing
     (so that a test reading it runs alone, without a training run before it). The set is
@@ -69,7 +77,7 @@ def run_entry(
     args = [
         sys.executable,
         script,
-        *(TINY if tiny else []),
+        *(taken_by(script, TINY) if tiny else []),
         f"data.cache_dir={cache_dir}",
         f"run.dir={run_dir}",
         *overrides,
