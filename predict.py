@@ -29,7 +29,7 @@ def predict(run: Run) -> None:
     rt = setup_runtime(cfg.runtime, run.dir)
     # Predictor loads MindSpore, which must load after setup_runtime prepared the process.
     from msdet.engine.inference.predictor import Predictor
-    from msdet.engine.inference.sources import predict_source
+    from msdet.engine.inference.sources import check_something_was_read, predict_source
 
     predictor = Predictor(cfg, rt, typed=run.typed)
     done = predict_source(
@@ -40,6 +40,7 @@ def predict(run: Run) -> None:
         save_conf=bool(cfg.predict.save_conf),
         max_frames=cfg.predict.max_frames,
     )
+    check_something_was_read(done, cfg.source)
     videos = done["videos"]
     log.info(
         "%d images, %d videos (%d frames), %d detections -> %s%s",

@@ -68,9 +68,11 @@ def predict_source(
             summary["detections"] += len(dets)
         for item in streams:
             frames = _predict_stream(predictor, item, out_dir, labels, save_conf, max_frames)
-            if frames is not None:
-                summary["videos"][item.rel] = len(frames)
-                summary["detections"] += sum(len(f["detections"]) for f in frames)
+            if frames is None:
+                summary["skipped"].append(item.path)
+                continue
+            summary["videos"][item.rel] = len(frames)
+            summary["detections"] += sum(len(f["detections"]) for f in frames)
     except KeyboardInterrupt:
         log.warning("interrupted: keeping what was done")
     if images:
@@ -78,6 +80,16 @@ def predict_source(
             json.dump(results, f, indent=2)
     summary["images"] = len(results)
     return summary
+
+
+def check_something_was_read(summary: dict[str, Any], source: Any) -> None:
+    """Raise ``OSError`` when every input of ``source`` was unreadable: a failure, not an
+    empty success (a script calling predict.py must see it)."""
+    if summary["skipped"] and not summary["images"] and not summary["videos"]:
+        raise OSError(
+            f"none of the {len(summary['skipped'])} inputs of source={source} could be read "
+            f"(the first: {summary['skipped'][0]})"
+        )
 
 
 def _predict_stream(

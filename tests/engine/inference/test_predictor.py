@@ -184,3 +184,18 @@ def test_names_are_the_models_classes_and_label_names_each_detections():
     assert [dets.names[k] for k in dets.labels] == dets.label_names
     assert [r["category_name"] for r in dets.records()] == ["triangle", "disc"]
     assert [r["category_id"] for r in dets.records()] == [7, 1]
+
+
+def test_nothing_readable_is_a_failure_not_an_empty_success(tmp_path):
+    """Issue: predict.py exited 0 when every input video was unreadable."""
+    from msdet.engine.inference.sources import check_something_was_read
+
+    (tmp_path / "in").mkdir()
+    for name in ("a.mp4", "b.avi"):
+        (tmp_path / "in" / name).write_bytes(b"not a video")
+    (tmp_path / "out").mkdir()
+    done = predict_source(None, str(tmp_path / "in"), str(tmp_path / "out"))  # never predicts
+    assert (done["images"], done["videos"], len(done["skipped"])) == (0, {}, 2)
+    with pytest.raises(OSError, match=r"none of the 2 inputs of source=.* could be read"):
+        check_something_was_read(done, str(tmp_path / "in"))
+    check_something_was_read({"images": 1, "videos": {}, "skipped": ["x.jpg"]}, "photos")
