@@ -8,7 +8,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
+
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
 
 # One test of each kind: torch alone (the pickle reader), and the YOLOX original.
 TESTS = (

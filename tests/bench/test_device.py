@@ -16,6 +16,7 @@ from msdet.common.config import load_config
 from tests.support import ROOT
 
 
+@pytest.mark.slow
 def test_mindyolos_settings_are_its_train_py_defaults_and_the_users_win():
     cfg = load_config("bench.device", device.settings_overrides("mindyolo", []))
     assert (cfg.runtime.jit_level, cfg.runtime.amp, cfg.runtime.sink) == ("O2", "O0", False)

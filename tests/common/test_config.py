@@ -26,6 +26,7 @@ def test_default_composition():
     assert cfg.run.root == "runs" and cfg.run.name is None and cfg.run.dir is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "group,expected",
     [
@@ -61,6 +62,7 @@ def test_every_option_composes_and_passes_the_schema(group, expected):
             assert cfg[group].name == name
 
 
+@pytest.mark.slow
 def test_runtime_groups_differ_where_they_should():
     cpu = load_config("train", ["runtime=cpu"]).runtime
     ascend = load_config("train", ["runtime=ascend"]).runtime
@@ -95,6 +97,7 @@ def test_overrides_reach_nested_keys_and_sizes_become_pairs():
     assert list(load_config("train", ["data.img_size=256"]).eval.img_size) == [256, 256]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command,overrides,message",
     [

@@ -19,6 +19,7 @@ def every_key() -> set[str]:
     return keys
 
 
+@pytest.mark.slow
 def test_every_yaml_key_has_a_spec_and_every_spec_a_key():
     keys = every_key()
     assert len(keys) > 100

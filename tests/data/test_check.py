@@ -230,6 +230,7 @@ def test_summary_for_the_start_of_training_reads_annotations_only(broken):
     ]
 
 
+@pytest.mark.slow
 def test_command_prints_the_report_and_writes_json_and_labels_plot(broken, capsys):
     write_split(broken, [image(1, "cat-01.jpg")], [ann(1, 1, 3, [10, 10, 30, 30])], name="val")
     out = broken / "report"

@@ -56,6 +56,7 @@ def test_a_yolo_data_yaml_is_read_with_one_argument(ultralytics, tmp_path, caplo
     assert dataset_classes(cfg.data) == (["boat", "buoy"], [1, 2])
 
 
+@pytest.mark.slow
 def test_the_yaml_itself_can_be_given_and_settings_after_it_apply(ultralytics, tmp_path):
     cfg = load_config(
         "eval",

@@ -102,6 +102,7 @@ def test_train_batches_have_static_shapes_and_valid_targets(shapes_root, train_s
     assert sum(m.sum() for _, _, m in batches) > NUM_TRAIN  # mosaic + mixup add boxes
 
 
+@pytest.mark.slow
 def test_samples_do_not_depend_on_workers_threads_or_processes(shapes_root, train_source):
     overrides = {"aug.mosaic_prob": 1.0, "aug.mixup_prob": 1.0}
     runs = []

@@ -71,6 +71,7 @@ def test_rendered_images_are_within_the_stated_ranges():
     assert 0.4 <= largest_fraction <= 0.5 * np.sqrt(2) + 0.02
 
 
+@pytest.mark.slow
 def test_boxes_are_the_extents_of_each_shapes_visible_pixels(monkeypatch):
     # Without the final noise every shape is one flat colour: the colour that covers exactly
     # `area` pixels around the box is the shape's, and those pixels must span the box.

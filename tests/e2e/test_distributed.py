@@ -507,6 +507,7 @@ print("replaced", len(bns))
 """
 
 
+@pytest.mark.slow
 def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
     # A fresh process: running kernels here would pin this process's MindSpore device
     # before tests that call setup_runtime themselves.

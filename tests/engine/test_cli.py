@@ -28,6 +28,7 @@ def entry(script: str, *args: str, cwd=ROOT, timeout=120) -> subprocess.Complete
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script,first,takes,not_takes",
     [
@@ -61,6 +62,7 @@ def test_help_shows_what_the_command_takes_with_examples(script, first, takes, n
     assert settings.startswith(f"  {first}"), settings[:200]
 
 
+@pytest.mark.slow
 def test_a_bad_setting_stops_before_any_folder_exists(tmp_path):
     out = entry("train.py", "train.epoch=3", cwd=tmp_path)
     assert out.returncode == 2
@@ -70,6 +72,7 @@ def test_a_bad_setting_stops_before_any_folder_exists(tmp_path):
     assert os.listdir(tmp_path) == []  # no runs/ folder
 
 
+@pytest.mark.slow
 def test_a_failed_command_leaves_no_folder_but_keeps_one_that_was_there(tmp_path):
     """eval.py with a missing checkpoint: one error line, and the folder it made is gone;
     a folder that was there before stays, with the traceback in its log."""
@@ -100,6 +103,7 @@ def claim(tmp_path, *argv, accept=None, command="tool"):
     return seen
 
 
+@pytest.mark.slow
 def test_default_folders_take_the_next_free_name_and_named_ones_are_kept(tmp_path):
     first, second = claim(tmp_path), claim(tmp_path)
     assert first["dir"] == str(tmp_path / "tool" / "exp")
@@ -112,6 +116,7 @@ def test_default_folders_take_the_next_free_name_and_named_ones_are_kept(tmp_pat
                                                 "tool.log"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_refused_folder_keeps_its_record(tmp_path):
     """``accept`` refuses before anything is written: the folder's config.yaml still
     describes the run that made it."""

@@ -28,6 +28,7 @@ def torch_nano():
     return calibrate(build_torch_yolox(load_model_config("yolox_nano"), 3), img_size=128)
 
 
+@pytest.mark.slow
 def test_cli_converts_release_checkpoint(tmp_path, torch_nano, capsys):
     import torch
 

@@ -141,6 +141,7 @@ def test_build_nms_reads_the_eval_config():
         build_nms(OmegaConf.merge(eval_cfg, {"pre_nms_topk": 5000}), 7)
 
 
+@pytest.mark.slow
 def test_load_detector_takes_classes_and_ema_weights_from_the_checkpoint(tmp_path):
     cfg = load_model_config("yolox_nano")
     assert cfg.num_classes is None

@@ -103,6 +103,7 @@ def test_decoded_outputs_match_pytorch(name, mode):
     assert e_ms["score_max"] < 5e-3 and e_ms["box_max"] < 5e-2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     ["yolox_nano", pytest.param("yolox_tiny", marks=pytest.mark.slow), "yolox_darknet53"],

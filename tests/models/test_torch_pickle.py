@@ -59,6 +59,7 @@ def _assert_same(ours, theirs):
             assert ours[key] == ref, key
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "model",
@@ -178,6 +179,7 @@ def test_legacy_format_says_how_to_resave(tmp_path):
     assert str(src) in msg and "legacy" in msg and "torch.save(torch.load(" in msg
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_cli_without_torch_equals_conversion_read_by_torch(tmp_path):
     """python -m msdet.models.convert_pytorch with `import torch` failing writes the same checkpoint."""

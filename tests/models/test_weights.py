@@ -9,6 +9,10 @@ import pytest
 from msdet.models.weights import CheckpointError, checkpoint_num_classes, load_weights
 from msdet.models.yolox import build_model, load_model_config
 
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
+
 
 @pytest.fixture(scope="module")
 def nano3_ckpt(tmp_path_factory):

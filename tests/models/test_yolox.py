@@ -33,6 +33,7 @@ def test_every_original_model_is_configured():
     assert model_names() == sorted(ORIGINAL_PARAMS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     # l and x are the same modules at larger multipliers: building them costs seconds and
@@ -47,6 +48,7 @@ def test_parameter_count_equals_original(name):
     assert sum(p.size for p in net.trainable_params()) == ORIGINAL_PARAMS[name]
 
 
+@pytest.mark.slow
 def test_darknet53_is_yolov3s_layout():
     """Darknet53 + YOLOv3's FPN, LeakyReLU everywhere (head included), the head on
     128/256/512 channels at width 1; stage depths 1, 2, 8, 8, 4 residual blocks."""
@@ -66,6 +68,7 @@ def test_darknet53_is_yolov3s_layout():
     assert all(c.fused is None for c in cells.values() if isinstance(c, BaseConv))
 
 
+@pytest.mark.slow
 def test_older_configs_build_cspdarknet_pafpn():
     """A model config without the architecture fields (all of them before Darknet53)
     builds what it built before: the parameter names old checkpoints hold."""
@@ -103,6 +106,7 @@ def test_darknet53_size_and_combination_are_checked(override, message):
         build_model(cfg, 80)
 
 
+@pytest.mark.slow
 def test_num_classes_from_dataset_or_config():
     cfg = load_model_config("yolox_nano")
     assert build_model(cfg, 3).head.cls_preds[0].weight.shape[0] == 3
@@ -117,6 +121,7 @@ def test_unknown_model_name_is_reported():
         load_model_config("yolox_q")
 
 
+@pytest.mark.slow
 def test_outputs_in_training_and_inference_mode():
     net = build_model(load_model_config("yolox_nano"), 3)
     x = ms.Tensor(np.random.default_rng(0).uniform(0, 255, (2, 3, 128, 160)).astype(np.float32))
@@ -181,6 +186,7 @@ def test_batchnorm_updates_running_stats_like_pytorch_momentum_003():
     )
 
 
+@pytest.mark.slow
 def test_focus_stacks_the_pixel_phases_exactly_as_yolox_slices_them():
     # YOLOX's Focus: cat(x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
     # x[..., 1::2, 1::2]) on channels, then its conv. msdet picks the phases with a one-hot

@@ -11,6 +11,10 @@ import pytest
 
 from tests.support import ROOT
 
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
+
 # A fresh process: MindSpore's PyNative executor remembers the first custom operator it
 # runs, so what ran earlier in the test process would decide the outcome.
 SCRIPT = textwrap.dedent(

@@ -94,6 +94,7 @@ def test_every_cost_topk_sees_is_within_float16(monkeypatch, rule):
     assert any(np.isin(-assigner.EXCLUDED_COST, x) for x in seen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", assigner.RULES)
 def test_a_float16_topk_keeps_the_assignment_finite_and_on_candidates(monkeypatch, rule):
     fg32, iou32, _ = _assign(monkeypatch, rule)

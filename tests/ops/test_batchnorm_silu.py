@@ -94,6 +94,7 @@ def _close(got: np.ndarray, ref: np.ndarray, rel: float, what: str) -> None:
     assert np.abs(got - ref).max() <= rel * max(1.0, np.abs(ref).max()), what
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shape",
     [
@@ -122,6 +123,7 @@ def test_matches_in_pynative_mode(library):
         _close(g, r, 2e-5, "pynative")  # measured <= 9.7e-7 under every CPU variant
 
 
+@pytest.mark.slow
 def test_saturated_activations_match(library, graph_mode):
     # gamma ~ 60: pre-activations beyond both ends of the kernel's exp clamp ([-87, 89],
     # kernels/batchnorm_silu.cc), where silu(z) is z or 0 to float precision
@@ -135,6 +137,7 @@ def test_saturated_activations_match(library, graph_mode):
         _close(g, r, 2e-5, what)
 
 
+@pytest.mark.slow
 def test_ordinary_inputs_raise_no_subnormal(tmp_path):
     """No subnormal operand or result in any of the three kernels: Intel CPUs handle each in
     microcode, and one subnormal constant multiplied into every vector once made the forward
@@ -157,6 +160,7 @@ def test_ordinary_inputs_raise_no_subnormal(tmp_path):
     assert raised == {k: (0, 0) for k in raised}, f"(denormal operand, underflow): {raised}"
 
 
+@pytest.mark.slow
 def test_thread_count_does_not_change_results(library, graph_mode):
     runs = []
     try:
@@ -177,6 +181,7 @@ def _base_convs(library: str) -> tuple[BaseConv, BaseConv]:
     return fused, plain
 
 
+@pytest.mark.slow
 def test_base_conv_fuses_only_training_batch_statistics(library, graph_mode):
     fused, plain = _base_convs(library)
     assert fused.fused is not None and plain.fused is None

@@ -84,6 +84,7 @@ def _reference(logits, cls, iou, weight, dloss):
     return loss, grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])
 def test_the_kernel_gives_the_operators_values(library, mode):
     inputs = _inputs()
@@ -107,6 +108,7 @@ def test_the_kernel_gives_the_operators_values(library, mode):
     np.testing.assert_allclose(grad, ops_grad, rtol=1e-5, atol=3e-6)
 
 
+@pytest.mark.slow
 def test_the_kernel_rejects_what_it_does_not_compute(library):
     """A class index array that is not int32 is converted; logits whose leading shape is
     not the targets' fail loudly instead of reading out of bounds."""
@@ -121,6 +123,7 @@ def test_the_kernel_rejects_what_it_does_not_compute(library):
         term(ms.Tensor(logits[:, :49]), ms.Tensor(cls), ms.Tensor(iou), ms.Tensor(weight)).asnumpy()
 
 
+@pytest.mark.slow
 def test_the_loss_on_the_kernel_is_the_loss_on_operators(library):
     """YOLOXLoss built with the class kernel enabled: the same total, class term and
     gradient as without it, to float rounding."""

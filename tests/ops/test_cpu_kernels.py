@@ -11,6 +11,7 @@ from msdet.ops import cpu_kernels
 from msdet.ops.cpu_kernels import build_kernel_library, set_kernel_threads
 
 
+@pytest.mark.slow
 def test_build_is_cached_and_keyed_by_cpu(tmp_path, monkeypatch):
     first = build_kernel_library(str(tmp_path))
     if first is None:
@@ -111,6 +112,7 @@ def test_the_library_holds_every_kernel_and_takes_a_thread_count(library):
         set_kernel_threads(library, 1)
 
 
+@pytest.mark.slow
 def test_the_cache_key_covers_every_source(tmp_path, monkeypatch):
     first = build_kernel_library(str(tmp_path))
     if first is None:

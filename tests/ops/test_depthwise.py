@@ -57,6 +57,7 @@ def _run_both(library: str, shape: tuple, ksize: int, stride: int) -> tuple:
     return ref, got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shape, ksize, stride",
     [
@@ -96,6 +97,7 @@ def _custom_grads(library: str, shape: tuple, stride: int, general: bool) -> lis
         cpu_kernels.set_depthwise_general(library, False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(2, 3, 9, 7), (3, 4, 10, 11), (2, 16, 40, 40)])
 def test_the_3x3_fast_path_gives_the_general_loops_bits(library, graph_mode, shape):
     """At stride 1 the forward pass and the input gradient of a 3x3 filter have a fast path;

@@ -97,6 +97,7 @@ def _relative(got, want):
 CASES = [((8, 3, 64, 64), 16), ((2, 3, 20, 36), 24), ((1, 1, 2, 2), 3), ((3, 2, 10, 6), 9)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
 @pytest.mark.parametrize(("shape", "out_channels"), CASES)
 def test_the_kernel_computes_the_float64_stem_and_its_gradients(library, mode, shape, out_channels):
@@ -113,6 +114,7 @@ def test_the_kernel_computes_the_float64_stem_and_its_gradients(library, mode, s
     assert _relative(dx, want_dx) < 2e-6
 
 
+@pytest.mark.slow
 def test_the_kernel_and_mindspores_operators_agree(library):
     x, w, dy = _inputs((4, 3, 32, 48), 16, seed=5)
     got = _run(focus_conv_op(library), x, w, dy)
@@ -135,6 +137,7 @@ def test_the_kernel_refuses_odd_sides_and_weights_of_the_wrong_shape(library):
         op(ms.Tensor(x), ms.Tensor(np.ascontiguousarray(w[..., :1, :1]))).asnumpy()  # 1x1
 
 
+@pytest.mark.slow
 def test_focus_uses_the_kernel_only_when_enabled_and_for_its_3x3_convolution(library):
     kernels = cpu_kernels.CpuKernels(library, ("focus", "batchnorm_silu"))
     fast = Focus(3, 16, 3, kernels=kernels)

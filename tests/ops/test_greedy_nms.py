@@ -93,6 +93,7 @@ def test_ties_at_the_threshold_and_degenerate_boxes(library):
     assert got[0].tolist() == [True, True, True, False, True, True, True, False]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("class_agnostic", [False, True])
 def test_batched_nms_on_the_kernel_gives_the_same_detections(library, class_agnostic):
     """At 80 classes and eval's default top-k, on the kernel and on NMSWithMask: the same
@@ -111,6 +112,7 @@ def test_batched_nms_on_the_kernel_gives_the_same_detections(library, class_agno
     assert [len(e) for e in expected] == native[1].tolist()
 
 
+@pytest.mark.slow
 def test_no_candidates_give_no_detections(library):
     preds = random_predictions(np.random.default_rng(8), 2, 500, 3)
     preds[..., 4] = 1e-4  # every score under conf_thresh

@@ -84,6 +84,7 @@ def _run(library, mode, inputs):
         return net.terms.op is not None, sums, grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])
 def test_the_kernel_gives_the_operators_values(library, mode):
     inputs = _inputs()
@@ -128,6 +129,7 @@ def test_the_kernels_gradient_is_the_float64_references_slope(library):
         assert grad[b, a, k] == pytest.approx(slope, rel=2e-3, abs=2e-4), (b, a, k)
 
 
+@pytest.mark.slow
 def test_the_kernel_rejects_what_it_does_not_compute(library):
     """A class index array that is not int32 is converted; targets whose shape is not the
     head's fail loudly instead of reading out of bounds."""
@@ -142,6 +144,7 @@ def test_the_kernel_rejects_what_it_does_not_compute(library):
               ms.Tensor(iou)).asnumpy()  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_l1", [0.0, 1.0])
 def test_the_loss_on_the_kernel_is_the_loss_on_operators(library, use_l1):
     """YOLOXLoss built with the terms' kernel enabled: the same total, terms and gradient

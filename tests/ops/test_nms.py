@@ -48,6 +48,7 @@ def assert_matches_reference(dets, counts, expected: list[np.ndarray]) -> None:
         assert not dets[i, counts[i] :].any(), "rows after the count must be zero"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("anchors", "topk", "class_agnostic"),
     [(1000, 1000, False), (5000, 2864, False), (5000, 2864, True)],
@@ -71,6 +72,7 @@ def test_kept_set_equals_numpy_greedy_nms(anchors, topk, class_agnostic):
     assert np.all(np.diff(dets[0, : counts[0], 4]) <= 0), "sorted by score"
 
 
+@pytest.mark.slow
 def test_max_det_keeps_the_highest_scores_and_pads_small_inputs():
     rng = np.random.default_rng(1)
     preds = random_predictions(rng, 3, 60, num_classes=2)
@@ -85,6 +87,7 @@ def test_max_det_keeps_the_highest_scores_and_pads_small_inputs():
         np.testing.assert_allclose(dets[i], expected[i][:5], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_no_candidates_gives_zero_count_and_zero_rows():
     rng = np.random.default_rng(2)
     preds = random_predictions(rng, 2, 200, num_classes=3)
@@ -94,6 +97,7 @@ def test_no_candidates_gives_zero_count_and_zero_rows():
     assert not dets.any()
 
 
+@pytest.mark.slow
 def test_score_threshold_is_inclusive_like_yolox():
     preds = prediction_rows(
         [[0, 0, 10, 10], [50, 50, 60, 60]], obj=[0.5, 0.5], cls_probs=[[0.5], [0.25]]
@@ -105,6 +109,7 @@ def test_score_threshold_is_inclusive_like_yolox():
     np.testing.assert_allclose(dets[0, 0], [0, 0, 10, 10, 0.25, 0])
 
 
+@pytest.mark.slow
 def test_duplicates_collapse_to_the_best_box_per_class():
     boxes = [[10, 10, 50, 50]] * 6 + [[11, 11, 51, 51]]
     obj = [0.3, 0.9, 0.5, 0.6, 0.8, 0.7, 0.95]
@@ -123,6 +128,7 @@ def test_duplicates_collapse_to_the_best_box_per_class():
     assert counts[0] == 1 and dets[0, 0, 5] == 0
 
 
+@pytest.mark.slow
 def test_iou_exactly_at_threshold_is_kept():
     # Suppression needs IoU > threshold. Left pair: IoU([0,0,10,10], [0,0,10,5]) = 0.5
     # exactly, both kept; right pair: IoU([100,0,110,10], [100,0,110,5.2]) = 0.52, suppressed.
@@ -133,6 +139,7 @@ def test_iou_exactly_at_threshold_is_kept():
     np.testing.assert_allclose(dets[0, :3, 4], [0.9, 0.8, 0.7], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_non_finite_predictions_are_never_kept():
     rng = np.random.default_rng(3)
     preds = random_predictions(rng, 1, 300, num_classes=3)
@@ -159,6 +166,7 @@ def test_non_finite_predictions_are_never_kept():
     assert_matches_reference(dets, counts, postprocess_numpy(clean, 3, 0.01, 0.65, 300, 300))
 
 
+@pytest.mark.slow
 def test_float16_predictions_match_float32_and_large_offsets_do_not_overflow():
     rng = np.random.default_rng(4)
     preds16 = random_predictions(rng, 2, 500, num_classes=3).astype(np.float16)
@@ -180,6 +188,7 @@ def test_float16_predictions_match_float32_and_large_offsets_do_not_overflow():
     np.testing.assert_allclose(dets[0, :2, :4], [[1200, 1200, 1280, 1280]] * 2)
 
 
+@pytest.mark.slow
 def test_classes_stay_apart_for_boxes_left_of_the_image():
     # With torchvision's offset class * (max + 1) = 101, the class-1 box [-11, -1] lands
     # exactly on the class-0 box [90, 100] and would be suppressed; per-class NMS keeps both.
@@ -222,6 +231,7 @@ def yolox_outputs() -> np.ndarray:
         return model(torch.from_numpy(x)).numpy()
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize(
     ("source", "class_agnostic"),
@@ -275,6 +285,7 @@ def test_matches_yolox_postprocess(source, class_agnostic, yolox_outputs):
         assert counts.min() > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("class_agnostic", [False, True])
 def test_host_nms_equals_the_device_nms_at_80_classes_and_the_full_candidate_cap(class_agnostic):
     """The Atlas training series runs NMS on the host (its NMSWithMask is float16 only):

@@ -56,6 +56,7 @@ def _relative(got, want):
 CASES = [((8, 32, 40, 40), 64), ((3, 256, 10, 10), 13), ((2, 5, 7, 3), 3), ((1, 1, 1, 1), 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
 @pytest.mark.parametrize(("shape", "out_channels"), CASES)
 def test_the_kernel_computes_the_float64_convolution_and_gradients(
@@ -72,6 +73,7 @@ def test_the_kernel_computes_the_float64_convolution_and_gradients(
         assert _relative(a, b) < 2e-6, name
 
 
+@pytest.mark.slow
 def test_the_kernel_gives_conv2ds_values(library):
     x, w, dy = _inputs((4, 64, 20, 20), 32, seed=4)
     got = _run(PointwiseConv2d(64, 32, ms.Tensor(w), library), x, dy)
@@ -91,6 +93,7 @@ def test_the_kernel_refuses_weights_that_do_not_fit(library):
         op(ms.Tensor(x), ms.Tensor(np.ascontiguousarray(np.tile(w, (1, 1, 3, 3))))).asnumpy()
 
 
+@pytest.mark.slow
 def test_models_use_the_kernel_for_1x1_convolutions_without_bias_only(library):
     kernels = cpu_kernels.CpuKernels(library, ("pointwise",))
     pointwise = conv2d(16, 32, 1, kernels=kernels)

@@ -70,6 +70,7 @@ def _run(library, nesterov: bool):
     return opt, weights, state, read
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_one_operator_gives_mindspores_sgd_bits_and_parameters(library, nesterov):
     flat, weights, got, read = _run(library, nesterov)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mindspore as ms
 import numpy as np
+import pytest
 
 from msdet.ops.assigner import SimOTAAssigner, simota_class_cost_op
 
@@ -67,6 +68,7 @@ def test_the_kernel_gives_the_operators_costs(library, graph_mode):
     np.testing.assert_allclose(got[1, 0], exact[1, 0], rtol=5e-6)
 
 
+@pytest.mark.slow
 def test_the_assignment_with_the_class_kernel_is_the_operators(library, graph_mode):
     """The full assigner on its three operators against MindSpore's: the same anchors,
     ground truths and IoUs at the training step's shapes (2,100 anchors at 320 px)."""

@@ -83,6 +83,7 @@ def test_pairwise_terms_are_the_operator_paths_bits(library, graph_mode, rule):
     assert (excluded == 0).sum() > 100 and (excluded > 0).sum() > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", RULES)
 def test_the_assignment_is_the_same(library, graph_mode, rule):
     grids, strides, boxes, mask, pred = _inputs(2, b=8, m=12)
@@ -101,6 +102,7 @@ def test_the_assignment_is_the_same(library, graph_mode, rule):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.slow
 def test_the_loss_and_its_gradient_are_the_same(library, graph_mode):
     grids, strides, boxes, mask, _ = _inputs(4, b=4, m=8)
     rng = np.random.default_rng(5)

@@ -13,6 +13,10 @@ from msdet.models.layers import SPPBottleneck
 from msdet.ops import cpu_kernels
 from msdet.ops.spp_pool import spp_pools_op
 
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
+
 
 class Pools(nn.Cell):
     """``x`` and ``levels`` chained 5x5 pools, concatenated: MindSpore's operators (op None)

@@ -11,6 +11,10 @@ from msdet.models.head import YOLOXHead
 from msdet.ops import cpu_kernels
 from msdet.ops.transpose import swap_last_axes_op
 
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
+
 
 class WeightedSum(nn.Cell):
     """sum(swap(x) * dy), MindSpore's Transpose (op None) or the kernel's operator: its

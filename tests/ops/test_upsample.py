@@ -42,6 +42,7 @@ def _forward_and_grad(op, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np
     return y, dx
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(8, 64, 20, 20), (2, 3, 5, 7), (1, 1, 1, 1)])
 def test_the_kernel_gives_the_tile_paths_bits(library, shape):
     n, c, h, w = shape

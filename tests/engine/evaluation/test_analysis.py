@@ -344,6 +344,7 @@ def test_detections_on_unknown_images_are_an_error():
         analyse_detections(SINGLE_GT, SINGLE_DETS, [4], ["a", "b"])
 
 
+@pytest.mark.slow
 def test_analysis_modules_do_not_import_mindspore():
     code = "import sys, msdet.engine.evaluation.analysis, msdet.engine.evaluation.plots; print('mindspore' in sys.modules)"
     out = subprocess.run(

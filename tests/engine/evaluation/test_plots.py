@@ -6,6 +6,7 @@ import json
 
 import cv2
 import numpy as np
+import pytest
 
 from msdet.data.visualize import class_colour
 from msdet.engine.evaluation.analysis import analyse_detections
@@ -29,6 +30,7 @@ HAND_IDS = [1, 2, 5, 9, 11]
 HAND_NAMES = ["cat", "dog", "bird", "fish", "tie"]
 
 
+@pytest.mark.slow
 def test_write_evaluation_plots_writes_the_six_pngs_it_returns(tmp_path):
     result = write_evaluation_plots(HAND_GT, HAND_DETS, HAND_IDS, HAND_NAMES, str(tmp_path))
     assert set(result.images) == set(FILES)
@@ -81,6 +83,7 @@ def eighty_classes():
     return gt, dets, cats, [f"class{c}" for c in cats]
 
 
+@pytest.mark.slow
 def test_eighty_classes_no_cell_numbers_no_per_class_legend():
     gt, dets, cats, names = eighty_classes()
     analysis = analyse_detections(gt, dets, cats, names)

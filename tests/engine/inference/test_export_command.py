@@ -145,6 +145,7 @@ def test_the_export_is_scored_beside_its_checkpoint_and_runs_in_eval_and_predict
     assert other["agrees"] is False and "computes something else" in other["verdict"], other
 
 
+@pytest.mark.slow
 def test_export_without_a_checkpoint_says_how_to_call_it(tmp_path):
     proc = run_export(f"run.dir={tmp_path}")
     assert proc.returncode != 0

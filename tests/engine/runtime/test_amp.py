@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.support import ROOT, run_python
+
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
 
 SYNC_BN_O2 = """
 from mindspore import nn

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from msdet.engine.runtime import compiler
 from tests.support import ROOT
 
@@ -15,6 +17,7 @@ def _composed(*overrides: str):
         return compose("config", overrides=list(overrides))
 
 
+@pytest.mark.slow
 def test_graph_key_ignores_what_changes_no_graph():
     base = compiler.graph_key(_composed())
     # A resumed run, another time limit: the same graphs.

@@ -49,6 +49,7 @@ def _seen_by_fresh_process(env: dict, var: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "var, ours, theirs",
     [("ONEDNN_MAX_CPU_ISA", "AVX2", "AVX512_CORE"), ("OMP_WAIT_POLICY", "PASSIVE", "ACTIVE")],
@@ -59,6 +60,7 @@ def test_cpu_environment_is_set_unless_the_user_chose(var, ours, theirs):
     assert _seen_by_fresh_process({**env, var: theirs}, var) == theirs
 
 
+@pytest.mark.slow
 def test_a_users_wait_policy_keeps_libgomps_spin_count_for_it():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     assert _seen_by_fresh_process(env, "GOMP_SPINCOUNT") == "1000"
@@ -155,6 +157,7 @@ def test_the_jit_level_in_effect_is_named_with_how_it_runs(monkeypatch):
     assert device.jit_level_in_effect("O0", b) == ("O2", "GE graph sink")
 
 
+@pytest.mark.slow
 def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkeypatch):
     """On this CPU the device NMS (NMSWithMask) equals the host's: no problem. A device NMS
     that fails to compile, or keeps other boxes, is named, and NMS moves to the host."""
@@ -181,6 +184,7 @@ def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkey
     assert "NMSWithMask kept" in device.device_nms_problem(64)
 
 
+@pytest.mark.slow
 def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
     from msdet.ops import cpu_kernels
 
@@ -246,6 +250,7 @@ def kernel_record(kernels, version):
     return {"kernels": list(kernels), **times, "mindspore": version, "threads": 2}
 
 
+@pytest.mark.slow
 def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, caplog):
     import mindspore as ms
 

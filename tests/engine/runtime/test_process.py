@@ -7,7 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
+
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
 
 SETUP_PROBE = """
 import json, sys

@@ -114,6 +114,7 @@ def test_tables_are_derived_from_a_cann_tree(tmp_path):
     assert json.loads(cann_tables.dumps_compact(tables)) == tables
 
 
+@pytest.mark.slow
 def test_the_ir_listing_names_primitives_dtypes_and_scopes(tmp_path):
     stdout = run_python(["-m", "tests.engine.tools.ir_probe"], env={**os.environ}, timeout=300)
     rows = json.loads(stdout.strip().splitlines()[-1])

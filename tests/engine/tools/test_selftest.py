@@ -132,6 +132,7 @@ def run_selftest(tmp_path, *args: str, python: list[str] | None = None):
     return done, (json.loads(report.read_text()) if report.is_file() else {})
 
 
+@pytest.mark.slow
 def test_a_device_that_fails_to_set_up_is_in_the_report(tmp_path):
     """MindSpore refuses Ascend on this CPU: the report says so and names what did not run."""
     done, report = run_selftest(tmp_path, "--only", "chip", "runtime.device=Ascend")
@@ -143,6 +144,7 @@ def test_a_device_that_fails_to_set_up_is_in_the_report(tmp_path):
     assert report["summary"]["failed"] == 1 and report["environment"]["mindspore"]
 
 
+@pytest.mark.slow
 def test_a_bad_setting_is_in_the_report(tmp_path):
     done, report = run_selftest(tmp_path, "--only", "chip", "runtime.amp=O9")
     assert done.returncode == 1
@@ -150,6 +152,7 @@ def test_a_bad_setting_is_in_the_report(tmp_path):
     assert [c["name"] for c in failed] == ["configuration"] and "amp" in failed[0]["note"]
 
 
+@pytest.mark.slow
 def test_the_parent_process_never_loads_mindspore(tmp_path):
     """No MindSpore in the parent: it can hold no card, so with --cards N rank 0 alone opens
     card 0 (the single-card checks ran in a child that has exited by then)."""
@@ -169,6 +172,7 @@ def test_the_parent_process_never_loads_mindspore(tmp_path):
     assert report["environment"]["device"] == "CPU"  # from the device process
 
 
+@pytest.mark.slow
 def test_a_check_that_raises_is_recorded_and_the_next_one_runs(tmp_path):
     """The chip query raising inside a check: a failed line with the error; the next check
     (here the same one again, the query working again) still runs. In a fresh process, as

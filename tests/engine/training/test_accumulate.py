@@ -78,6 +78,7 @@ def assert_same_state(a: dict, b: dict, rtol: float = 1e-6) -> None:
         np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=1e-7, err_msg=key)
 
 
+@pytest.mark.slow
 def test_k_micro_batches_make_the_step_of_one_batch_k_times_larger():
     x, y, m = data(32)  # 4 optimizer steps of 8 samples
     net1, step1 = make_step(1)
@@ -101,6 +102,7 @@ def test_k_micro_batches_make_the_step_of_one_batch_k_times_larger():
     assert np.abs(net4.weight.asnumpy() - np.array([[0.5, -1.0, 2.0]])).max() > 0.1
 
 
+@pytest.mark.slow
 def test_statistics_count_optimizer_steps():
     x, y, m = data(8)
     _, step = make_step(4)
@@ -120,6 +122,7 @@ def overflowing(x, bad_rows):
     return x
 
 
+@pytest.mark.slow
 def test_an_overflow_in_one_micro_batch_skips_the_whole_step():
     """Dynamic loss scaling (O2): micro-batch 2 of window 2 overflows. That window updates
     no weight, halves the scale once, still advances the LR and the EMA, and leaves nothing
@@ -152,6 +155,7 @@ def test_an_overflow_in_one_micro_batch_skips_the_whole_step():
     assert (read["steps"], read["skipped"]) == (3, 1)
 
 
+@pytest.mark.slow
 def test_fp32_nonfinite_loss_in_one_micro_batch_skips_the_step():
     """fp32 (skip_nonfinite): a micro-batch with a non-finite loss but finite gradient
     (here: its mask, outside the gradient) skips the window too."""
@@ -174,6 +178,7 @@ def test_fp32_nonfinite_loss_in_one_micro_batch_skips_the_step():
     assert read["skipped"] == 1 and not np.isfinite(read["first_skip_losses"]["total"])
 
 
+@pytest.mark.slow
 def test_float_status_flag_of_any_micro_batch_skips_the_step():
     """The Ascend float-status register path: the register is read after every micro-batch
     (and cleared), and a flag in any of them skips the window."""
@@ -205,6 +210,7 @@ def test_float_status_flag_of_any_micro_batch_skips_the_step():
     assert not np.array_equal(net.weight.asnumpy(), start)  # window 2 trained
 
 
+@pytest.mark.slow
 def test_gradient_clipping_applies_to_the_window_mean():
     x, y, m = data(8)
     x = x * 100.0  # large gradients: the clip is active
@@ -215,6 +221,7 @@ def test_gradient_clipping_applies_to_the_window_mean():
     assert_same_state(state(net1, step1), state(net4, step4), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_inside_a_window_resumes_exactly(tmp_path):
     """The window's state (gradient sums, micro-batch counter, overflow flag, loss sums) is
     in Parameters of the step, saved and restored with it: stopping after 6 micro-batches
@@ -252,6 +259,7 @@ def test_without_accumulation_the_step_has_no_window_state():
         make_step(0)
 
 
+@pytest.mark.slow
 def test_an_epoch_holds_whole_windows_only():
     """10 micro-batches per epoch, k=4: 2 optimizer steps per epoch and its last 2
     micro-batches not drawn (the trainer takes whole windows), so no window crosses the
@@ -312,6 +320,7 @@ def test_the_size_schedule_counts_optimizer_steps():
         )
 
 
+@pytest.mark.slow
 def test_one_read_per_sink_reports_optimizer_steps(monkeypatch, caplog):
     """The sink code path: the device runs 3 windows of 4 micro-batches (12 calls) and
     MindSpore calls the step-end callbacks once. The epoch's figures count 3 optimizer

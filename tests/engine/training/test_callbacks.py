@@ -71,6 +71,7 @@ def test_sinks_become_epochs():
     assert rec.calls == [("begin", 1), ("end", 1), ("begin", 2), ("end", 2)]
 
 
+@pytest.mark.slow
 def test_step_stats_averages_and_skips_overflowed_steps():
     st = state()
     recorded = StepStatistics()
@@ -84,6 +85,7 @@ def test_step_stats_averages_and_skips_overflowed_steps():
     assert st.means()["num_fg"] == pytest.approx(10.0)
 
 
+@pytest.mark.slow
 def test_step_stats_stops_on_a_non_finite_loss_naming_term_and_parameter():
     st = state()
     net = nn.Dense(2, 2)
@@ -101,6 +103,7 @@ def test_step_stats_stops_on_a_non_finite_loss_naming_term_and_parameter():
     assert st.means()["total"] == 0.0  # the bad step is not averaged in
 
 
+@pytest.mark.slow
 def test_step_stats_names_the_first_skipped_step_of_a_sink():
     st = state(steps=8)
     recorded = StepStatistics()
@@ -112,6 +115,7 @@ def test_step_stats_names_the_first_skipped_step_of_a_sink():
     assert "non-finite loss at epoch 1, step 2: total=inf;" in st.failure
 
 
+@pytest.mark.slow
 def test_step_stats_stops_after_too_many_overflows_in_a_row_across_sinks():
     st = state(steps=100)
     recorded = StepStatistics()
@@ -305,6 +309,7 @@ def test_all_target_buckets_compile_first_in_bucket_order_when_asked(monkeypatch
     assert not net.compiled[0][1].asnumpy().any() and not net.compiled[2][2].asnumpy().any()
 
 
+@pytest.mark.slow
 def test_callbacks_run_in_phase_order_whatever_order_they_are_listed_in(tmp_path):
     """The epoch's row needs the evaluation's mAP, and results.csv and the checkpoint need
     the row and the best mAP: built in the wrong order, the row would say NaN."""

@@ -115,6 +115,7 @@ class _BrokenShapes(nn.Cell):
         return x + ops.ones((3, 5), ms.float32)  # [2, 4] + [3, 5]: no broadcast
 
 
+@pytest.mark.slow
 def test_failed_compile_analysis_is_moved_into_the_run_folder(tmp_path, monkeypatch):
     """MindSpore writes analyze_fail.ir into ./rank_0/om/ (the working directory), even
     with MS_DEV_SAVE_GRAPHS_PATH set; the trainer moves it into the run folder."""
@@ -145,6 +146,7 @@ class _FakeRunContext:
         self.stopped = True
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_with_finite_weights_points_at_the_forward_pass():
     """Huge (finite) weights that overflow the forward pass: no parameter is non-finite,
     so the message names the largest one, the usual sign of a too high learning rate."""

@@ -82,6 +82,7 @@ def test_frozen_part_stays_bit_identical_through_training_steps(level, prefix, p
         assert any(k.startswith("backbone.") and "moving_mean" in k for k in moved)
 
 
+@pytest.mark.slow
 def test_frozen_batchnorm_uses_running_statistics_in_training_mode():
     net = build_model(load_model_config("yolox_nano"), 3)
     report = freeze(net, "backbone")
@@ -99,6 +100,7 @@ def test_frozen_batchnorm_uses_running_statistics_in_training_mode():
     np.testing.assert_array_equal(stem(x).asnumpy(), eval_out)
 
 
+@pytest.mark.slow
 def test_none_freezes_nothing_and_bad_level_is_named():
     net = build_model(load_model_config("yolox_nano"), 3)
     assert freeze(net, "none").frozen_params == 0
@@ -107,6 +109,7 @@ def test_none_freezes_nothing_and_bad_level_is_named():
         check_freeze("neck")
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_checkpoint_freeze(tmp_path):
     path = tmp_path / "last.ckpt"
     net = build_model(load_model_config("yolox_nano"), 3)
@@ -119,6 +122,7 @@ def test_resume_keeps_the_checkpoint_freeze(tmp_path):
     assert resolve_freeze("backbone", None) == "backbone"
 
 
+@pytest.mark.slow
 def test_prepare_fine_tuning_loads_then_freezes_and_logs_both(tmp_path, caplog):
     from msdet.engine.training.fine_tuning import prepare_fine_tuning
 

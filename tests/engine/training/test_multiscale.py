@@ -85,6 +85,7 @@ def _batch(base, seed=0):
     return images, targets
 
 
+@pytest.mark.slow
 def test_resize_at_base_size_is_identity_and_targets_scale():
     base = (128, 160)
     images, targets = _batch(base)
@@ -98,6 +99,7 @@ def test_resize_at_base_size_is_identity_and_targets_scale():
     np.testing.assert_allclose(t[..., 2::2], targets[..., 2::2] * 64 / 128, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("size", [(192, 224), (352, 416), (256, 320)])
 def test_resize_matches_the_originals_preprocess(size):

@@ -31,6 +31,7 @@ def test_schedule_shape_warmup_cosine_and_flat_tail():
     assert yolox_lr_schedule(0.01, 10, 20, 0, 3)[0] == pytest.approx(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("warmup_epochs", [2, 0])
 def test_each_step_runs_at_the_rate_yolox_trainer_gives_it(warmup_epochs):
@@ -93,6 +94,7 @@ class Weights(nn.Cell):
         self.b = Parameter(ms.Tensor(rng.normal(size=(5,)).astype(np.float32)), name="b")
 
 
+@pytest.mark.slow
 def test_sgd_weight_decay_in_the_kernel_matches_mindspores_decay_pass():
     """DecayInKernelSGD hands the decay to each SGD kernel; the updates are nn.SGD's."""
 

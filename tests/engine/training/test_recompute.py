@@ -19,6 +19,7 @@ from msdet.models.yolox import RECOMPUTE_LEVELS, set_recompute
 IMG, CLASSES, BATCH = 64, 3, 2
 
 
+@pytest.mark.slow
 def test_levels_mark_the_cells_they_name():
     from msdet.models.yolox import build_model, load_model_config
 

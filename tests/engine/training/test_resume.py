@@ -96,6 +96,7 @@ def description_of(cfg, class_names=SHAPES) -> ResumeSource:
     return ResumeSource("runs/train/exp/checkpoints/last.ckpt", {DESCRIPTION_KEY: ""}, description)
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_model_naming_both_values():
     """Issue: resume=auto accepted other classes and another size without a word."""
     saved = description_of(load_config("train", ["data.img_size=[320,320]"]))
@@ -111,6 +112,7 @@ def test_resume_refuses_another_model_naming_both_values():
     assert "train.pretrained=PATH" in text
 
 
+@pytest.mark.slow
 def test_resume_logs_what_may_change(caplog):
     saved = description_of(load_config("train", []))
     more = load_config("train", ["train.epochs=12", "train.lr_per_img=0.01", "train.resume=auto"])

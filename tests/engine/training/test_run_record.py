@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from msdet.engine.training.run_record import COLUMNS, read_results, results_path, write_results
+
+pytestmark = (
+    pytest.mark.slow
+)  # every test here takes seconds: it compiles, trains or starts a process
 
 
 def header_of(run_dir) -> list[str]:

@@ -41,6 +41,7 @@ def call(step, x):
     return step(ms.Tensor(np.asarray(x, np.float32)), one, one)
 
 
+@pytest.mark.slow
 def test_ema_follows_yolox_ramp():
     net = Quadratic()
     ema = ModelEMA(net, decay=0.9998)
@@ -64,6 +65,7 @@ class Mixed(nn.Cell):
         self.c = Parameter(ms.Tensor(np.float32(2.5)), name="c.moving_mean", requires_grad=False)
 
 
+@pytest.mark.slow
 def test_ema_buffer_averages_each_parameter_and_round_trips_through_checkpoint_entries():
     """The flat buffer gives every parameter its own average, in its shape and dtype; its
     checkpoint entries pack back into the same buffer."""
@@ -122,6 +124,7 @@ class TwoParams(nn.Cell):
         return loss, zero, zero, zero, zero, zero
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("finite_check", ["flat", "mindspore"])
 def test_both_finite_checks_skip_a_step_whose_second_gradient_is_not_finite(finite_check):
     """The flat check (one IsFinite over the concatenated gradients) and MindSpore's
@@ -155,6 +158,7 @@ def test_the_runtime_chooses_mindspores_check_on_ascend_only():
     assert Runtime(device="GPU", **kwargs).finite_check == "flat"
 
 
+@pytest.mark.slow
 def test_fixed_loss_scale_gives_unscaled_update():
     net, step = make_step(loss_scale=1024.0)
     _, ref = make_step(loss_scale=1.0)
@@ -164,6 +168,7 @@ def test_fixed_loss_scale_gives_unscaled_update():
     assert float(out[7].asnumpy()) == 1024.0 and not bool(out[8].asnumpy())
 
 
+@pytest.mark.slow
 def test_dynamic_scale_skips_overflowed_step_and_halves_scale():
     net, step = make_step(loss_scale=2.0**20, dynamic_scale=True, scale_window=2)
     before = net.w.asnumpy().copy()
@@ -198,6 +203,7 @@ class Terms(nn.Cell):
         return total, total * 0.5, total * 0.25, total * 0.125, total * 0.0625, x.sum()
 
 
+@pytest.mark.slow
 def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     """The sink code path: the device runs several steps, then MindSpore calls the step-end
     callbacks once with the last step's outputs. The epoch figures must still be the
@@ -244,6 +250,7 @@ def call_outputs(rows):
     return [ms.Tensor(np.float32(v)) for v in rows[-1]]
 
 
+@pytest.mark.slow
 def test_a_skipped_step_still_advances_the_lr_schedule_and_the_ema():
     """YOLOX updates the learning rate and the EMA on every iteration, also when the
     scaler skips the optimizer step: the schedule must not shift by the skipped steps."""
@@ -259,6 +266,7 @@ def test_a_skipped_step_still_advances_the_lr_schedule_and_the_ema():
     assert int(step.optimizer.global_step.asnumpy()[0]) == 4
 
 
+@pytest.mark.slow
 def test_uint8_hwc_batches_train_exactly_as_float_chw():
     """The pipeline sends uint8 [B, H, W, 3]; cast and transposed in-graph it must give the
     step the float32 [B, 3, H, W] batch had before."""
@@ -318,6 +326,7 @@ def flag_inf_input(register, x):
     return ops.select(ops.isinf(x), ops.zeros_like(x), x)
 
 
+@pytest.mark.slow
 def test_float_status_register_is_cleared_before_the_step_and_read_after():
     reg = FloatStatusRegister()
 
@@ -341,6 +350,7 @@ def test_float_status_register_is_cleared_before_the_step_and_read_after():
     assert float(step.scale.asnumpy()) == 2.0  # halved once
 
 
+@pytest.mark.slow
 def test_model_train_epochs_report_the_per_step_means():
     """Through mindspore.train.Model (host feeding on CPU: one callback call per step, so
     the statistics are read and restarted every step), over two epochs."""
