@@ -12,9 +12,8 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 # One test of each kind: torch alone (the pickle reader), and the YOLOX original.
 TESTS = (

@@ -10,9 +10,8 @@ from msdet.models.loss import YOLOXLoss
 from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
 from tests.torch_reference import require_yolox
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 IMG, C, M = 128, 4, 40
 COMPONENTS = ("total", "iou", "obj", "cls", "l1")

@@ -9,9 +9,8 @@ import pytest
 from msdet.models.weights import CheckpointError, checkpoint_num_classes, load_weights
 from msdet.models.yolox import build_model, load_model_config
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,8 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 # A fresh process: MindSpore's PyNative executor remembers the first custom operator it
 # runs, so what ran earlier in the test process would decide the outcome.

@@ -12,11 +12,8 @@ from msdet.ops.nms import BatchedNMS
 from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
 from tests.ops.test_nms import random_predictions
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
-
-pytestmark = pytest.mark.usefixtures("graph_mode")
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("graph_mode")]
 
 
 def as_fp16(*arrays):

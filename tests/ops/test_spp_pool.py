@@ -13,9 +13,8 @@ from msdet.models.layers import SPPBottleneck
 from msdet.ops import cpu_kernels
 from msdet.ops.spp_pool import spp_pools_op
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 
 class Pools(nn.Cell):

@@ -11,9 +11,8 @@ from msdet.models.head import YOLOXHead
 from msdet.ops import cpu_kernels
 from msdet.ops.transpose import swap_last_axes_op
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 
 class WeightedSum(nn.Cell):

@@ -8,9 +8,8 @@ import pytest
 
 from tests.support import ROOT, run_python
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 SYNC_BN_O2 = """
 from mindspore import nn

@@ -11,9 +11,8 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 SETUP_PROBE = """
 import json, sys

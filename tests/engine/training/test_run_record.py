@@ -8,9 +8,8 @@ import pytest
 
 from msdet.engine.training.run_record import COLUMNS, read_results, results_path, write_results
 
-pytestmark = (
-    pytest.mark.slow
-)  # every test here takes seconds: it compiles, trains or starts a process
+# Every test here takes seconds: it compiles, trains or starts a process.
+pytestmark = pytest.mark.slow
 
 
 def header_of(run_dir) -> list[str]:
