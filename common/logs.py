@@ -56,6 +56,8 @@ def setup_logging(log_file: str | None = None, stream=None) -> None:
             root.removeHandler(handler)
             handler.close()
     root.setLevel(logging.INFO)
+    for name in MSDET_LOGGERS:  # msdet's DEBUG records reach the log file (not the console)
+        logging.getLogger(name).setLevel(logging.DEBUG)
     console = logging.StreamHandler(stream or sys.stdout)
     console.setFormatter(ConsoleFormatter(CONSOLE_FORMAT))
     console.addFilter(ConsoleFilter())

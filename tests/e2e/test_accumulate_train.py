@@ -38,7 +38,7 @@ def straight(tmp_path_factory, cache_dir):
 def test_the_schedule_counts_optimizer_steps_of_the_total_batch(straight):
     log = Path(straight, "train.log").read_text()
     # shapes' lr_per_img 0.00125 x the total batch of 4 x 1 rank x 2 micro-batches
-    assert "3 epochs x 2 steps, batch 4 x 1 ranks x 2 accumulated, lr 0.01," in log
+    assert "3 epochs x 2 steps, batch 4 x 1 ranks x 2 accumulated, lr 0.01\n" in log
     rows = read_results(straight)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     assert all(np.isfinite(r["loss_total"]) and r["num_fg"] > 0 for r in rows)

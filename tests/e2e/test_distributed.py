@@ -25,7 +25,7 @@ import pytest
 
 from tests.e2e import dp_accumulate, dp_overflow, dp_step, dp_tiny
 from tests.e2e.dp_entry import WEIGHTS_FILE
-from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry
+from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry, taken_by
 from tests.support import run_python
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
@@ -192,7 +192,12 @@ def test_two_ranks_metrics_equal_eval_py_on_the_best_checkpoint(two_ranks, cache
     assert "evaluation: rank 1 evaluates 2 of 5 val images" in worker1
     best = os.path.join(run_dir, "checkpoints", "best.ckpt")
     single = run_entry(
-        "eval.py", tmp_path / "eval", cache_dir, *TINY_DP, f"ckpt={best}", tiny=False
+        "eval.py",
+        tmp_path / "eval",
+        cache_dir,
+        *taken_by("eval.py", TINY_DP),
+        f"ckpt={best}",
+        tiny=False,
     )
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     ours = json.loads(Path(run_dir, "metrics.json").read_text())

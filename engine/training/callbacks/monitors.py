@@ -31,8 +31,10 @@ class StepLossMonitor(LossMonitor):
         self.steps_per_epoch = steps_per_epoch
         self.accumulate = accumulate
 
-    def step_end(self, run_context):
-        for line in _printed(super().step_end, run_context):
+    def on_train_step_end(self, run_context):
+        # MindSpore's hook; LossMonitor's own step_end prints (a subclass overriding the
+        # old-style step_end would be warned about by Model.train).
+        for line in _printed(super().on_train_step_end, run_context):
             m = LOSS_LINE.match(line)
             if m is None:
                 log.info("%s", line)
@@ -45,8 +47,8 @@ class EpochTimeMonitor(TimeMonitor):
     """``TimeMonitor(data_size)``; its line goes to the log file as
     ``epoch time <s> s, <ms> ms per step``."""
 
-    def epoch_end(self, run_context):
-        for line in _printed(super().epoch_end, run_context):
+    def on_train_epoch_end(self, run_context):
+        for line in _printed(super().on_train_epoch_end, run_context):
             m = TIME_LINE.search(line)
             if m is None:
                 log.debug("%s", line)
