@@ -50,7 +50,9 @@ def dataset_root(data_cfg: Any) -> str:
     return root
 
 
-def split_paths(data_cfg: Any, splits: tuple[str, ...] = ("train", "val")) -> dict[str, tuple[str, str]]:
+def split_paths(
+    data_cfg: Any, splits: tuple[str, ...] = ("train", "val")
+) -> dict[str, tuple[str, str]]:
     """split -> (annotation file, image folder), absolute.
 
     The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
@@ -60,7 +62,10 @@ def split_paths(data_cfg: Any, splits: tuple[str, ...] = ("train", "val")) -> di
     root = dataset_root(data_cfg)
     given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
     if all(ann is not None and img is not None for ann, img in given.values()):
-        return {s: (os.path.join(root, str(a)), os.path.join(root, str(i))) for s, (a, i) in given.items()}
+        return {
+            s: (os.path.join(root, str(a)), os.path.join(root, str(i)))
+            for s, (a, i) in given.items()
+        }
     layout = find_layout(root, str(data_cfg.cache_dir), splits)
     paths = {}
     for split, (ann, img) in given.items():

@@ -201,7 +201,8 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         num_classes,
         ", ".join(train_src.class_names),
     )
-    for line in summarise_annotations(train_src, cfg.data.img_size):  # python -m msdet.data.check: all
+    # The annotation summary's first lines (python -m msdet.data.check prints all of it).
+    for line in summarise_annotations(train_src, cfg.data.img_size):
         log.info("%s", line)
     if cfg.runtime.compile_cache:
         import mindspore as ms
