@@ -17,6 +17,11 @@ losses, to ``--record`` (one JSON line per run; a run that did not finish leaves
 so runs can be spread over sessions and the report groups whatever the record holds by CPU,
 schedule and side. ``--minutes`` stops a run after the last epoch that fits (a
 time-to-accuracy comparison), and ``--multiscale R`` trains both sides with multi-scale.
+
+To tell the data, the initial weights and the training apart: ``--data-stream msdet`` trains
+the original on msdet's batches for the seed, ``--init original`` starts msdet from the
+original's initial weights for the seed; the two together train both sides from the same
+weights on the same batches.
 """
 
 from __future__ import annotations
@@ -38,9 +43,13 @@ RECORD = os.path.join(ROOT, "bench", "results", "convergence.jsonl")
 SIDES = ("pytorch", "msdet")
 
 
-def run_msdet(args, out: str, seed: int) -> dict:
-    """msdet's ``train.py`` with the comparison's settings; its results.csv and metrics.json."""
-    run_dir = os.path.join(out, f"msdet-e{args.epochs}-s{seed}")
+def run_msdet(args, out: str, seed: int, class_names: list[str]) -> dict:
+    """msdet's ``train.py`` with the comparison's settings; its results.csv and metrics.json.
+    ``--init original``: from the original's initial weights for ``seed``."""
+    run_dir = os.path.join(out, f"{msdet_side(args)}-e{args.epochs}-s{seed}")
+    start = []
+    if args.init == "original":
+        start = [f"train.pretrained={original_init(out, args.model, seed, class_names, args.img)}"]
     cmd = [
         sys.executable,
         "train.py",
@@ -59,6 +68,7 @@ def run_msdet(args, out: str, seed: int) -> dict:
         "train.overwrite=true",  # a repeated run replaces its own folder
         f"train.multiscale_range={args.multiscale}",
         *args.set,
+        *start,
         f"run.dir={run_dir}",
     ]
     subprocess.run(cmd, cwd=ROOT, check=True)
@@ -86,9 +96,36 @@ def run_pytorch(args, out: str, seed: int, root: str, cfg) -> dict:
         return json.load(f)
 
 
+def original_init(out: str, model: str, seed: int, class_names: list[str], img: int) -> str:
+    """The original's initial weights for ``seed`` (as ``bench.torch_train`` draws them) as
+    a msdet checkpoint in ``out``: msdet's side then starts where the original's starts, and
+    with ``--data-stream msdet`` on the original's side both train from the same weights on
+    the same batches."""
+    path = os.path.join(out, f"original-init-{model}-s{seed}.ckpt")
+    if os.path.isfile(path):
+        return path
+    import torch
+
+    from msdet.models.convert_pytorch import convert_file
+    from msdet.models.yolox import load_model_config
+    from msdet.porting.reference import build_torch_yolox
+
+    net = build_torch_yolox(load_model_config(model), len(class_names), seed=seed)
+    pth = path[: -len(".ckpt")] + ".pth"
+    torch.save(net.state_dict(), pth)
+    convert_file(pth, path, model, len(class_names), ",".join(class_names), img)
+    os.remove(pth)
+    return path
+
+
 def side_name(args) -> str:
     """ "pytorch", or "pytorch+msdet-data" when the original trains on msdet's data stream."""
     return "pytorch" if args.data_stream == "yolox" else "pytorch+msdet-data"
+
+
+def msdet_side(args) -> str:
+    """ "msdet", or "msdet+original-init" when msdet starts from the original's weights."""
+    return "msdet" if args.init == "own" else "msdet+original-init"
 
 
 def record_entry(side: str, seed: int, args, result: dict) -> dict[str, Any]:
@@ -221,6 +258,12 @@ def main(argv: list[str] | None = None) -> dict:
         default="yolox",
         help="the original's data: YOLOX's own dataset, or msdet's stream for the same seed",
     )
+    parser.add_argument(
+        "--init",
+        choices=("own", "original"),
+        default="own",
+        help="msdet's initial weights: its own draw, or the original's for the same seed",
+    )
     parser.add_argument("--report", action="store_true", help="only print the record's table")
     parser.add_argument(
         "--commits",
@@ -253,7 +296,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     from msdet.data.build import build_sources  # generates the shapes set once, for both sides
 
-    root = os.path.dirname(os.path.dirname(build_sources(cfg.data)[0].ann_file))
+    train_source = build_sources(cfg.data)[0]
+    root = os.path.dirname(os.path.dirname(train_source.ann_file))
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     sides = [args.only] if args.only else list(SIDES)
@@ -262,8 +306,9 @@ def main(argv: list[str] | None = None) -> dict:
             if side == "pytorch":
                 result = run_pytorch(args, out, seed, root, cfg)
             else:
-                result = run_msdet(args, out, seed)
-            entry = record_entry(side_name(args) if side == "pytorch" else side, seed, args, result)
+                result = run_msdet(args, out, seed, list(train_source.class_names))
+            name = side_name(args) if side == "pytorch" else msdet_side(args)
+            entry = record_entry(name, seed, args, result)
             append_record(args.record, entry)
             print(
                 f"{side} seed {seed}: mAP {entry['mAP']:.4f} mAP50 {entry['mAP50']:.4f} "
