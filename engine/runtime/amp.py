@@ -16,8 +16,10 @@ def apply_amp(net: nn.Cell, rt) -> nn.Cell:
     Returns the network to train: use it instead of ``net`` from then on (at O1 MindSpore
     rewrites the network into a new Cell; its parameters are ``net``'s, by name and object).
     """
-    if rt.amp_level != "O1":  # O0: the network itself; O2/O3 convert in place, no rewrite
-        return mixed_precision(net, rt.amp_level) if rt.amp_level != "O0" else net
+    if rt.amp_level == "O0":
+        return net
+    if rt.amp_level != "O1":  # O2/O3 convert in place: no rewrite, no folder
+        return mixed_precision(net, rt.amp_level)
     # O1's rewrite writes ./rewritten_network/ (its log), and it treats every module under the
     # working directory as user code to rewrite: run from the repository root, where a
     # .venv holds MindSpore itself, it descends into MindSpore's own functions and fails on
