@@ -1,9 +1,9 @@
 """Check a COCO-format dataset before training on it.
 
-    python -m msdet.data.check data=coco data.root=/data/coco [--out DIR] [--splits train val]
+    python -m msdet.data.check data=path/to/dataset [--out DIR] [--splits train val]
 
-Trailing arguments are Hydra overrides of ``configs/config.yaml`` (``data=...``,
-``data.root=...``, ``data.img_size=...``), as for training. Every image is decoded; the
+Trailing arguments are settings (``key=value``) of ``configs/config.yaml`` (``data=...``,
+``data.root=...``, ``data.img_size=...``), checked as for training. Every image is decoded; the
 report lists unreadable images, boxes outside the image or of zero area, unknown category
 ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", type=int, default=None, help="decoding threads (default: cores)"
     )
     parser.add_argument(
-        "overrides", nargs="*", help="Hydra overrides, e.g. data=coco data.root=..."
+        "overrides", nargs="*", help="settings, e.g. data=path/to/dataset data.img_size=[640,640]"
     )
     args = parser.parse_args(argv)
 
