@@ -77,13 +77,7 @@ def _message_class(name: str) -> type:
 def read_model_metadata(path: str) -> dict[str, str]:
     """The key -> text metadata of an ONNX file (``metadata_props``) or a MINDIR file
     (``user_info``, which ``mindspore.export(custom_func=...)`` sets)."""
-    message = _message_class("MetadataOnly")()
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        message.ParseFromString(data)
-    except Exception as err:  # protobuf's DecodeError
-        raise OnnxEditError(f"{path} is not an ONNX or MINDIR model ({err})") from err
+    message = _parse(path, "MetadataOnly", "an ONNX or MINDIR model")
     return {p.key: p.value for p in message.metadata_props}
 
 
@@ -128,14 +122,21 @@ def label_onnx_model(
     os.replace(tmp, path)
 
 
-def _read(path: str) -> Any:
-    model = _message_class("ModelProto")()
+def _parse(path: str, message_name: str, what: str) -> Any:
+    """The file ``path`` parsed as the subset schema's ``message_name``; an error saying it
+    is not ``what`` when protobuf cannot read it."""
+    message = _message_class(message_name)()
     with open(path, "rb") as f:
         data = f.read()
     try:
-        model.ParseFromString(data)
+        message.ParseFromString(data)
     except Exception as err:  # protobuf's DecodeError
-        raise OnnxEditError(f"{path} is not an ONNX model ({err})") from err
+        raise OnnxEditError(f"{path} is not {what} ({err})") from err
+    return message
+
+
+def _read(path: str) -> Any:
+    model = _parse(path, "ModelProto", "an ONNX model")
     if not model.HasField("graph"):
         raise OnnxEditError(f"{path} is not an ONNX model (no graph)")
     return model
