@@ -1,11 +1,17 @@
-"""Mixed precision on the network (the loss computes in float32): MindSpore's AMP levels."""
+"""Mixed precision on the network (the loss computes in float32): MindSpore's AMP levels.
+
+MindSpore is imported inside the functions: ``engine.training.run_folder`` reads
+:data:`AMP_FOLDER` before the process environment is set (``engine.runtime.process``), and
+MindSpore loads OpenMP, which reads its settings once, when it loads.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import mindspore as ms
-from mindspore import nn
+if TYPE_CHECKING:
+    from mindspore import nn
 
 AMP_FOLDER = "amp"  # in the run folder: where MindSpore's O1 rewrite runs and logs
 
@@ -49,6 +55,9 @@ def mixed_precision(net: nn.Cell, level: str) -> nn.Cell:
     statistics in float16. O2 is a black-list conversion; this is the same one with
     SyncBatchNorm added.
     """
+    import mindspore as ms
+    from mindspore import nn
+
     if level == "O2":
         black_list = ms.amp.get_black_list() + [nn.SyncBatchNorm]
         return ms.amp.custom_mixed_precision(net, black_list=black_list)

@@ -192,7 +192,29 @@ def configure_process_env(device: str) -> dict[str, str]:
         for key, value in wanted:
             if key not in os.environ:
                 os.environ[key] = changed[key] = value
+        if WAIT_POLICY_VAR in changed and openmp_loaded():
+            log.warning(
+                "OpenMP (libgomp) was loaded before msdet set %s=%s %s=%s, so it keeps its "
+                "default spinning: msdet's CPU kernels' threads take the cores MindSpore "
+                "needs (training steps up to 2x slower). Set both in the environment, or "
+                "import MindSpore only after engine.runtime.process.setup_runtime",
+                WAIT_POLICY_VAR,
+                WAIT_POLICY,
+                SPIN_COUNT_VAR,
+                SPIN_COUNT,
+            )
     return changed
+
+
+def openmp_loaded(maps: str = "/proc/self/maps") -> bool:
+    """Whether libgomp is already mapped into this process (Linux; False where ``maps``
+    cannot be read). It reads ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` once, when it loads
+    (MindSpore loads it), so :func:`configure_process_env` must come first."""
+    try:
+        with open(maps, encoding="utf-8") as f:
+            return any("libgomp" in line for line in f)
+    except OSError:
+        return False
 
 
 def check_launcher(distributed: bool) -> None:

@@ -16,8 +16,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from msdet.engine.training.step_stats import LOSS_TERMS
-
+# The loss's terms, in the order the training step returns them (engine.training.step_stats
+# sums them in this order). Defined here, in a module without MindSpore: train.py reads the
+# run record before the process environment is set, and MindSpore must load after it.
+LOSS_TERMS = ("total", "iou", "obj", "cls", "l1")
 RESULTS_CSV = "results.csv"
 RESULTS_PNG = "results.png"
 COLUMNS = (

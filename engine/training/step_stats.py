@@ -20,7 +20,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, nn, ops
 
-LOSS_TERMS = ("total", "iou", "obj", "cls", "l1")
+from msdet.engine.training.run_record import LOSS_TERMS
+
 # Layout of the statistics vector.
 SUMS = LOSS_TERMS + ("num_fg",)  # sums over the steps that updated the weights
 STEPS, SKIPPED, MAX_SKIP_RUN, FIRST_SKIP = 6, 7, 8, 9

@@ -70,6 +70,58 @@ def test_a_users_wait_policy_keeps_libgomps_spin_count_for_it():
     assert _seen_by_fresh_process(active, "GOMP_SPINCOUNT") == "None"
 
 
+@pytest.mark.parametrize("entry", ["train.py", "eval.py", "predict.py", "export.py"])
+def test_entry_points_load_mindspore_only_after_the_environment_is_set(entry):
+    # libgomp (loaded with MindSpore) reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once: an entry
+    # point whose imports load MindSpore leaves OpenMP spinning (training steps ~2x slower).
+    code = (
+        "import runpy, sys; from msdet.engine.runtime.device import openmp_loaded;"
+        f"runpy.run_path({entry!r}, run_name='imports_only');"
+        "print('mindspore' in sys.modules, openmp_loaded())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "False"], f"{entry} imports MindSpore at module level"
+
+
+def test_openmp_loaded_reads_the_process_map(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert device.openmp_loaded(str(maps)) is False
+    maps.write_text("7f00-7f01 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n")
+    assert device.openmp_loaded(str(maps)) is True
+    assert device.openmp_loaded(str(tmp_path / "absent")) is False
+
+
+@pytest.mark.slow
+def test_openmp_loaded_before_the_environment_is_a_warning():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = (
+        "import logging; logging.basicConfig();{first}"
+        "from msdet.engine.runtime.device import configure_process_env;"
+        "configure_process_env('CPU')"
+    )
+    late = subprocess.run(
+        [sys.executable, "-c", code.format(first="import mindspore;")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "libgomp" in late.stderr and "OMP_WAIT_POLICY=PASSIVE" in late.stderr
+    early = subprocess.run(
+        [sys.executable, "-c", code.format(first="")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "libgomp" not in early.stderr
+
+
 def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
     from msdet.common.host import LOCAL_RANKS_VAR, available_cores
     from msdet.engine.runtime.device import cpu_threads
