@@ -38,15 +38,19 @@ def test_amp_and_sink_defaults_per_device():
     assert resolve_sink(True, "CPU") is True
 
 
+def _fresh_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``code`` run by a new interpreter from the repository root (its output captured)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+
+
 def _seen_by_fresh_process(env: dict, var: str) -> str:
     code = (
         "import os; from msdet.engine.runtime.device import configure_process_env;"
         f"configure_process_env('CPU'); print(os.environ.get({var!r}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
+    return _fresh_python(code, env).stdout.strip()
 
 
 @pytest.mark.slow
@@ -79,9 +83,7 @@ def test_entry_points_load_mindspore_only_after_the_environment_is_set(entry):
         f"runpy.run_path({entry!r}, run_name='imports_only');"
         "print('mindspore' in sys.modules, openmp_loaded())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = _fresh_python(code)
     assert out.stdout.split() == ["False", "False"], f"{entry} imports MindSpore at module level"
 
 
@@ -102,23 +104,9 @@ def test_openmp_loaded_before_the_environment_is_a_warning():
         "from msdet.engine.runtime.device import configure_process_env;"
         "configure_process_env('CPU')"
     )
-    late = subprocess.run(
-        [sys.executable, "-c", code.format(first="import mindspore;")],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    late = _fresh_python(code.format(first="import mindspore;"), env)
     assert "libgomp" in late.stderr and "OMP_WAIT_POLICY=PASSIVE" in late.stderr
-    early = subprocess.run(
-        [sys.executable, "-c", code.format(first="")],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    early = _fresh_python(code.format(first=""), env)
     assert "libgomp" not in early.stderr
 
 
