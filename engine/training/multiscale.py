@@ -55,7 +55,7 @@ def size_range(base_hw: Sequence[int], multiscale_range: int) -> tuple[int, int]
     base = int(base_hw[0]) // STRIDE
     if base - r < 1:
         raise ValueError(
-            f"train.multiscale_range={r} is too large for data.img_size={list(base_hw)}: "
+            f"train.multiscale_range={r} is too large for the training size {list(base_hw)}: "
             f"the smallest size would be {STRIDE * (base - r)} px (at most {base - 1})"
         )
     return base - r, base + r

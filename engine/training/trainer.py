@@ -99,6 +99,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         kernels=rt.kernels,
     )
     plan = Schedule.from_config(tcfg, rt.world_size, len(train_src))
+    img_size = training_size(cfg)
     # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
     # the weights that produced it, so the stop names the parameter at fault.
     train_step = build_train_step(
@@ -108,11 +109,11 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         tcfg,
         rt,
         skip_nonfinite=bool(cfg.runtime.check_finite),
-        img_size=check_data_config(cfg.data),
+        img_size=img_size,
     )
     resume = _resume(train_step, source, plan, rt) if source else None
     start_epoch = resume.epoch if resume else 0
-    buckets = _target_buckets(cfg, rt)
+    buckets = _target_buckets(cfg, rt, img_size)
 
     dataset = build_train_dataset(
         cfg.data,
@@ -125,6 +126,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         rt.world_size,
         start_epoch,
         buckets,
+        img_size,
     )
     if plan.calls_per_epoch < plan.batches_per_epoch:
         # An epoch ends with whole windows (train.max_steps_per_epoch, train.accumulate):
@@ -163,7 +165,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         meta=_checkpoint_meta(cfg, train_src, freeze_level),
         buckets=buckets,
     )
-    _log_plan(cfg, rt, plan)
+    _log_plan(cfg, rt, plan, img_size)
     if start_epoch >= plan.epochs:
         return _finished_run(rt, evaluation, plan.epochs)
 
@@ -202,7 +204,7 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         ", ".join(train_src.class_names),
     )
     # The annotation summary's first lines (python -m msdet.data.check prints all of it).
-    for line in summarise_annotations(train_src, cfg.data.img_size):
+    for line in summarise_annotations(train_src, training_size(cfg)):
         log.info("%s", line)
     if cfg.runtime.compile_cache:
         import mindspore as ms
@@ -256,17 +258,20 @@ def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
         train_src.num_classes,
         train_src.class_names,
         train_src.category_ids,
-        list(cfg.data.img_size),
+        list(cfg.eval.img_size),  # what predict and eval run it at (its mAP was measured there)
         "train",
         OmegaConf.to_container(cfg, resolve=True),
     )
     return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
 
 
-def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
+def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, img_size: tuple[int, int]) -> None:
+    evaluated = tuple(int(v) for v in cfg.eval.img_size)
     log.info(
-        "training %s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g",
+        "training %s at %dx%d%s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g",
         cfg.model.name,
+        *img_size,
+        "" if evaluated == img_size else f" (evaluated at {evaluated[0]}x{evaluated[1]})",
         plan.epochs,
         plan.steps_per_epoch,
         plan.batch,
@@ -292,6 +297,14 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
         )
 
 
+def training_size(cfg: Any) -> tuple[int, int]:
+    """The training input ``(h, w)``: ``train.img_size`` (a recipe's own, as YOLOX's
+    ``input_size``), else ``data.img_size``. Evaluation runs at ``eval.img_size``."""
+    if cfg.train.get("img_size") is not None:
+        return check_data_config(cfg.data, cfg.train.img_size, "train.img_size")
+    return check_data_config(cfg.data)
+
+
 def check_class_count(model_cfg: Any, source: Any) -> int:
     """The dataset's class count, or an error naming both when ``model.num_classes`` is set
     to another one."""
@@ -304,7 +317,7 @@ def check_class_count(model_cfg: Any, source: Any) -> int:
     return source.num_classes
 
 
-def _target_buckets(cfg: Any, rt: Runtime) -> tuple[int, ...]:
+def _target_buckets(cfg: Any, rt: Runtime, img_size: tuple[int, int]) -> tuple[int, ...]:
     """``data.target_buckets`` checked against the run (``data.buckets``), logged; ``()``
     when off. A data sink feeds one shape, so sinking and buckets exclude each other."""
     buckets = target_buckets(cfg.data)
@@ -316,7 +329,7 @@ def _target_buckets(cfg: Any, rt: Runtime) -> tuple[int, ...]:
             "feeds the graph one input shape, and each bucket is a shape of its own"
         )
     ms_range = multiscale_settings(cfg.train)[0]
-    sizes = 1 if ms_range == 0 else len(all_sizes(check_data_config(cfg.data), ms_range))
+    sizes = 1 if ms_range == 0 else len(all_sizes(img_size, ms_range))
     graphs = check_graph_count(sizes, buckets)
     log.info(
         "data.target_buckets: each batch padded to %s target rows, whichever first holds "

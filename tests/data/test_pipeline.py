@@ -121,6 +121,20 @@ def test_samples_do_not_depend_on_workers_threads_or_processes(shapes_root, trai
     assert not np.array_equal(reference[0][0][0], reference[1][0][0])  # epochs differ
 
 
+def test_the_training_size_can_be_the_recipes_own(shapes_root, train_source):
+    """build_train_dataset's img_size (train.img_size) replaces data.img_size; a bad one is
+    an error naming train.img_size."""
+    cfg = make_cfg(shapes_root)
+    dataset = build_train_dataset(cfg, train_source, 4, 10, 2, seed=0, img_size=(96, 64))
+    images, targets, mask = epochs_of(dataset, 1)[0][0]
+    assert images.shape == (4, 96, 64, 3)
+    real = mask == 1
+    assert real.any()
+    assert targets[real][:, 1].max() <= 64 and targets[real][:, 2].max() <= 96  # cx, cy
+    with pytest.raises(ValueError, match="train.img_size must be a positive multiple of 32"):
+        build_train_dataset(cfg, train_source, 4, 10, 2, seed=0, img_size=(100, 64))
+
+
 def test_resuming_at_an_epoch_repeats_that_epoch_exactly(shapes_root, train_source):
     cfg = make_cfg(shapes_root)
     full = epochs_of(build_train_dataset(cfg, train_source, 8, 10, 2, seed=1), 2)

@@ -10,6 +10,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from msdet.common.config import load_config
 from tests.e2e.test_train import assert_same_weights, final_weights
 from tests.e2e.tiny_run import read_results, run_entry
 
@@ -37,8 +38,9 @@ def straight(tmp_path_factory, cache_dir):
 
 def test_the_schedule_counts_optimizer_steps_of_the_total_batch(straight):
     log = Path(straight, "train.log").read_text()
-    # shapes' lr_per_img 0.00125 x the total batch of 4 x 1 rank x 2 micro-batches
-    assert "3 epochs x 2 steps, batch 4 x 1 ranks x 2 accumulated, lr 0.01\n" in log
+    # the default recipe's lr_per_img x the total batch of 4 x 1 rank x 2 micro-batches
+    lr = float(load_config("train").train.lr_per_img) * 4 * 2
+    assert f"3 epochs x 2 steps, batch 4 x 1 ranks x 2 accumulated, lr {lr:.4g}\n" in log
     rows = read_results(straight)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     assert all(np.isfinite(r["loss_total"]) and r["num_fg"] > 0 for r in rows)

@@ -43,6 +43,7 @@ TINY_DP = [
     "data.num_val=5",  # odd: one rank's evaluation shard is padded
     "data.img_size=[64,64]",
     "eval.img_size=[64,64]",
+    "train.img_size=[64,64]",
     "eval.batch_size=2",
     "eval.conf_thresh=0",  # a barely trained model: keep every candidate, so there is output
     "model.depthwise=false",

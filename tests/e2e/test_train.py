@@ -15,6 +15,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from msdet.common.config import load_config
 from tests.e2e.tiny_run import NO_AUG, ROOT, TINY, read_results, run_entry
 
 pytestmark = pytest.mark.slow
@@ -215,7 +216,7 @@ def test_resume_with_more_epochs_extends_the_schedule(tmp_path, cache_dir):
     rows = read_results(run)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     steps = 24 // 4  # TINY: 24 images, batch 4
-    base = scaled_lr(0.00125, 4)
+    base = scaled_lr(float(load_config("train").train.lr_per_img), 4)  # the default recipe's
     new = yolox_lr_schedule(base, steps, 3, 0, 0)
     assert rows[1]["lr"] == pytest.approx(float(new[2 * steps - 1]), rel=1e-6)
     assert rows[2]["lr"] == pytest.approx(float(new[-1]), rel=1e-6)

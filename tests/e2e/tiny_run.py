@@ -17,6 +17,7 @@ TINY = [
     "data.num_val=8",
     "data.img_size=[128,128]",
     "eval.img_size=[128,128]",
+    "train.img_size=[128,128]",
     "eval.batch_size=4",
     "train.batch_size=4",
     "train.warmup_epochs=1",

@@ -31,6 +31,7 @@ DEBUG_RUN = [
     "data.num_val=4",
     "data.img_size=[64,64]",
     "eval.img_size=[64,64]",
+    "train.img_size=[64,64]",
     "train.batch_size=4",
     "train.max_steps_per_epoch=4",
     "train.epochs=2",

@@ -21,6 +21,7 @@ TINY_RUN = [
     "data.num_val=4",
     "data.img_size=[64,64]",
     "eval.img_size=[64,64]",
+    "train.img_size=[64,64]",
     "eval.batch_size=4",
     "train.batch_size=4",
     "train.epochs=1",

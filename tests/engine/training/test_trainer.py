@@ -53,18 +53,57 @@ def test_target_buckets_are_checked_against_the_run():
         )  # fmt: skip
 
     cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
-    assert _target_buckets(config([]), cpu) == ()
-    assert _target_buckets(config([32, 64], ms_range=5), cpu) == (32, 64, 120)  # 33 graphs
+    assert _target_buckets(config([]), cpu, (640, 640)) == ()
+    assert _target_buckets(config([32, 64], ms_range=5), cpu, (640, 640)) == (
+        32,
+        64,
+        120,
+    )  # 33 graphs
     with pytest.raises(ValueError, match="train.multiscale_range.*data.target_buckets"):
-        _target_buckets(config([8, 16, 32, 48, 64, 96], ms_range=5), cpu)  # 77 graphs
+        _target_buckets(config([8, 16, 32, 48, 64, 96], ms_range=5), cpu, (640, 640))  # 77 graphs
     ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
     with pytest.raises(
         ValueError, match=r"data.target_buckets=\[32, 64\] needs runtime.sink=false"
     ):
-        _target_buckets(config([32, 64]), ascend)
+        _target_buckets(config([32, 64]), ascend, (640, 640))
     eight = Runtime(
         device="Ascend", mode="graph", amp_level="O2", sink=False, sink_size=-1, world_size=8
     )
-    assert _target_buckets(config([32, 64]), eight) == (32, 64, 120)
+    assert _target_buckets(config([32, 64]), eight, (640, 640)) == (32, 64, 120)
     assert _compile_all_first(eight, (32, 64, 120)) and not _compile_all_first(eight, ())
     assert not _compile_all_first(cpu, (32, 64, 120))
+
+
+def test_the_training_size_is_the_recipes_else_the_datas():
+    """train.img_size (YOLOX's input_size) when a recipe sets it, else data.img_size;
+    either is checked like data.img_size and named in the error."""
+    from msdet.common.config import load_config
+    from msdet.engine.training.trainer import training_size
+
+    default = load_config("train")
+    assert training_size(default) == (256, 256)  # the shapes recipe's
+    assert list(default.eval.img_size) == [320, 320]  # evaluated at the data's size
+    assert training_size(load_config("train", ["train=yolox"])) == (320, 320)
+    assert training_size(load_config("train", ["train.img_size=null"])) == (320, 320)
+    assert training_size(load_config("train", ["train.img_size=[224,288]"])) == (224, 288)
+    bad = load_config("train")
+    bad.train.img_size = [250, 256]  # past the config's own check, as a resumed config could be
+    with pytest.raises(ValueError, match="train.img_size must be a positive multiple of 32"):
+        training_size(bad)
+
+
+def test_checkpoints_describe_the_size_they_are_evaluated_at():
+    """A checkpoint's described input size is eval.img_size, the size its mAP was measured
+    at and that predict.py and eval.py then run it at, not the training size."""
+    from types import SimpleNamespace
+
+    from msdet.common.config import load_config
+    from msdet.engine.training.trainer import _checkpoint_meta
+    from msdet.models.description import DESCRIPTION_KEY, read_description
+
+    cfg = load_config("train", ["train.img_size=[224,224]", "eval.img_size=[288,352]"])
+    source = SimpleNamespace(num_classes=3, class_names=["a", "b", "c"], category_ids=[1, 2, 3])
+    meta = _checkpoint_meta(cfg, source, "none")
+    description = read_description({DESCRIPTION_KEY: meta[DESCRIPTION_KEY]})
+    assert description.input_size == [288, 352]
+    assert description.config["train"]["img_size"] == [224, 224]
