@@ -59,7 +59,7 @@ def run_msdet(args, out: str, seed: int, class_names: list[str]) -> dict:
         f"data.num_val={args.num_val}",
         f"data.min_object_size={args.min_object_size}",
         f"data.img_size=[{args.img},{args.img}]",
-        f"train.img_size=[{args.img},{args.img}]",  # both sides train and evaluate at --img
+        "train.img_scale=1",  # both sides train and evaluate at --img
         f"train.batch_size={args.batch}",
         f"train.epochs={args.epochs}",
         f"train.eval_interval={args.epochs}",

@@ -247,7 +247,7 @@ SCHEMA: dict[str, Spec] = {
     "train.name": Spec("str"),
     "train.epochs": INT_POSITIVE,
     "train.batch_size": INT_POSITIVE,
-    "train.img_size": Spec("size", null=True),
+    "train.img_scale": Spec("float", above=0, high=4),
     "train.lr_per_img": Spec("float", above=0),
     "train.warmup_epochs": Spec("float", low=0),
     "train.warmup_lr": Spec("float", low=0),

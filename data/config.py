@@ -7,6 +7,7 @@ runtime set-up loads MindSpore.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,14 @@ def input_size(value: Any, key: str = "data.img_size") -> tuple[int, int]:
             f"(e.g. {key}=320 or {key}=[320,416]); got {value!r}"
         )
     return size[0], size[1]
+
+
+def scaled_size(size: Sequence[int], scale: float) -> tuple[int, int]:
+    """``(h, w)`` of ``size`` times ``scale``, each side rounded to the nearest multiple of
+    32 (at least 32): ``train.img_scale`` 0.8 of 320 is 256, of 416 is 320."""
+    if not scale > 0:
+        raise ValueError(f"train.img_scale must be above 0, got {scale}")
+    return tuple(max(1, math.floor(int(v) * scale / STRIDE + 0.5)) * STRIDE for v in size)
 
 
 def resolve_num_workers(

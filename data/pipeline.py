@@ -421,7 +421,7 @@ def build_train_dataset(
     img_size: Sequence[int] | None = None,
 ) -> ds.Dataset:
     """The training dataset: batches of ``("images", "targets", "mask")`` at ``img_size``
-    (``(h, w)``, the recipe's ``train.img_size``; None: ``data.img_size``).
+    (``(h, w)``, the training size; None: ``data.img_size``).
 
     images uint8 [B, H, W, 3] (BGR 0-255), targets float32 [B, max_objects, 5]
     (class, cx, cy, w, h in input pixels, zero rows for padding), mask float32
@@ -432,7 +432,7 @@ def build_train_dataset(
     ``buckets`` (:func:`data.buckets.target_buckets`) each batch's targets and mask keep
     only the rows of its bucket (:class:`data.buckets.TrimToBucket`).
     """
-    img_size = check_data_config(data_cfg, img_size, "train.img_size")
+    img_size = check_data_config(data_cfg, img_size, "the training size")
     sampler = EpochSampler(len(source), seed, start_epoch, rank, world_size, shuffle=True)
     if len(sampler) < batch_size:
         raise ValueError(

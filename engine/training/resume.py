@@ -34,7 +34,7 @@ log = logging.getLogger("train")
 NOT_COMPARED = ("run.", "train.resume", "train.overwrite", "train.stop_at_epoch",
                 "data.cache_dir", "data.root")  # fmt: skip
 # The input size policy: another one trains another model (other graphs, other anchors' scale).
-SIZE_KEYS = ("data.img_size", "train.img_size", "train.multiscale_range")
+SIZE_KEYS = ("data.img_size", "train.img_scale", "train.multiscale_range")
 
 
 class ResumeMismatchError(CheckpointError):

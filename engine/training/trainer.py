@@ -20,6 +20,7 @@ from mindspore.train import Model
 from omegaconf import OmegaConf
 
 from msdet.data.buckets import check_graph_count, target_buckets
+from msdet.data.config import scaled_size
 from msdet.data.build import build_sources
 from msdet.data.pipeline import build_train_dataset, check_data_config
 from msdet.data.summary import summarise_annotations
@@ -298,11 +299,10 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, img_size: tuple[int, int]) 
 
 
 def training_size(cfg: Any) -> tuple[int, int]:
-    """The training input ``(h, w)``: ``train.img_size`` (a recipe's own, as YOLOX's
-    ``input_size``), else ``data.img_size``. Evaluation runs at ``eval.img_size``."""
-    if cfg.train.get("img_size") is not None:
-        return check_data_config(cfg.data, cfg.train.img_size, "train.img_size")
-    return check_data_config(cfg.data)
+    """The training input ``(h, w)``: ``data.img_size`` x ``train.img_scale`` (a recipe may
+    train smaller than it evaluates, as YOLOX's ``input_size`` and ``test_size``), each side
+    rounded to a multiple of 32. Evaluation runs at ``eval.img_size``."""
+    return scaled_size(check_data_config(cfg.data), float(cfg.train.img_scale))
 
 
 def check_class_count(model_cfg: Any, source: Any) -> int:

@@ -121,9 +121,9 @@ def test_samples_do_not_depend_on_workers_threads_or_processes(shapes_root, trai
     assert not np.array_equal(reference[0][0][0], reference[1][0][0])  # epochs differ
 
 
-def test_the_training_size_can_be_the_recipes_own(shapes_root, train_source):
-    """build_train_dataset's img_size (train.img_size) replaces data.img_size; a bad one is
-    an error naming train.img_size."""
+def test_the_training_size_can_differ_from_the_datas(shapes_root, train_source):
+    """build_train_dataset's img_size (the training size, data.img_size x train.img_scale)
+    replaces data.img_size; a bad one is an error naming it."""
     cfg = make_cfg(shapes_root)
     dataset = build_train_dataset(cfg, train_source, 4, 10, 2, seed=0, img_size=(96, 64))
     images, targets, mask = epochs_of(dataset, 1)[0][0]
@@ -131,7 +131,7 @@ def test_the_training_size_can_be_the_recipes_own(shapes_root, train_source):
     real = mask == 1
     assert real.any()
     assert targets[real][:, 1].max() <= 64 and targets[real][:, 2].max() <= 96  # cx, cy
-    with pytest.raises(ValueError, match="train.img_size must be a positive multiple of 32"):
+    with pytest.raises(ValueError, match="the training size must be a positive multiple of 32"):
         build_train_dataset(cfg, train_source, 4, 10, 2, seed=0, img_size=(100, 64))
 
 

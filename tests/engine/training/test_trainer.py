@@ -74,22 +74,26 @@ def test_target_buckets_are_checked_against_the_run():
     assert not _compile_all_first(cpu, (32, 64, 120))
 
 
-def test_the_training_size_is_the_recipes_else_the_datas():
-    """train.img_size (YOLOX's input_size) when a recipe sets it, else data.img_size;
-    either is checked like data.img_size and named in the error."""
-    from msdet.common.config import load_config
+def test_the_training_size_is_the_datas_times_the_recipes_scale():
+    """data.img_size x train.img_scale, each side rounded to a multiple of 32: the default
+    recipe trains at 256 and evaluates at 320; a typed data.img_size moves both."""
+    from msdet.common.config import ConfigError, load_config
+    from msdet.data.config import scaled_size
     from msdet.engine.training.trainer import training_size
 
     default = load_config("train")
-    assert training_size(default) == (256, 256)  # the shapes recipe's
+    assert training_size(default) == (256, 256)  # the shapes recipe's 0.8
     assert list(default.eval.img_size) == [320, 320]  # evaluated at the data's size
     assert training_size(load_config("train", ["train=yolox"])) == (320, 320)
-    assert training_size(load_config("train", ["train.img_size=null"])) == (320, 320)
-    assert training_size(load_config("train", ["train.img_size=[224,288]"])) == (224, 288)
-    bad = load_config("train")
-    bad.train.img_size = [250, 256]  # past the config's own check, as a resumed config could be
-    with pytest.raises(ValueError, match="train.img_size must be a positive multiple of 32"):
-        training_size(bad)
+    assert training_size(load_config("train", ["train=parity"])) == (320, 320)  # the original's
+    assert training_size(load_config("train", ["train.img_scale=1"])) == (320, 320)
+    bigger = load_config("train", ["data.img_size=[416,640]"])
+    assert training_size(bigger) == (320, 512) and list(bigger.eval.img_size) == [416, 640]
+    assert scaled_size((64, 128), 0.8) == (64, 96)  # 51.2 -> 64, 102.4 -> 96
+    assert scaled_size((64, 64), 0.2) == (32, 32)  # never below one stride
+    assert scaled_size((320, 320), 1.5) == (480, 480)
+    with pytest.raises(ConfigError, match="train.img_scale"):
+        load_config("train", ["train.img_scale=0"])
 
 
 def test_checkpoints_describe_the_size_they_are_evaluated_at():
@@ -101,9 +105,9 @@ def test_checkpoints_describe_the_size_they_are_evaluated_at():
     from msdet.engine.training.trainer import _checkpoint_meta
     from msdet.models.description import DESCRIPTION_KEY, read_description
 
-    cfg = load_config("train", ["train.img_size=[224,224]", "eval.img_size=[288,352]"])
+    cfg = load_config("train", ["train.img_scale=0.7", "eval.img_size=[288,352]"])
     source = SimpleNamespace(num_classes=3, class_names=["a", "b", "c"], category_ids=[1, 2, 3])
     meta = _checkpoint_meta(cfg, source, "none")
     description = read_description({DESCRIPTION_KEY: meta[DESCRIPTION_KEY]})
     assert description.input_size == [288, 352]
-    assert description.config["train"]["img_size"] == [224, 224]
+    assert description.config["train"]["img_scale"] == 0.7
