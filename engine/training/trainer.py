@@ -20,8 +20,8 @@ from mindspore.train import Model
 from omegaconf import OmegaConf
 
 from msdet.data.buckets import check_graph_count, target_buckets
-from msdet.data.config import scaled_size
 from msdet.data.build import build_sources
+from msdet.data.config import scaled_size
 from msdet.data.pipeline import build_train_dataset, check_data_config
 from msdet.data.summary import summarise_annotations
 from msdet.engine.evaluation.coco import METRICS_FILE
