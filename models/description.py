@@ -53,7 +53,7 @@ class Description:
     model: dict[str, Any]  # name, the architecture fields, num_classes, prior_prob
     class_names: list[str]
     category_ids: list[int]
-    input_size: list[int] | None = None  # [h, w] the network was trained or converted at
+    input_size: list[int] | None = None  # [h, w] to run it at: its eval size (converted: test size)
     source: str = "train"  # train | convert
     config: dict[str, Any] | None = None  # the composed training config
     versions: dict[str, str] = field(default_factory=dict)
