@@ -216,8 +216,9 @@ def test_resume_with_more_epochs_extends_the_schedule(tmp_path, cache_dir):
     rows = read_results(run)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     steps = 24 // 4  # TINY: 24 images, batch 4
-    base = scaled_lr(float(load_config("train").train.lr_per_img), 4)  # the default recipe's
-    new = yolox_lr_schedule(base, steps, 3, 0, 0)
+    recipe = load_config("train").train  # the default recipe's rate and floor
+    base = scaled_lr(float(recipe.lr_per_img), 4)
+    new = yolox_lr_schedule(base, steps, 3, 0, 0, min_lr_ratio=float(recipe.min_lr_ratio))
     assert rows[1]["lr"] == pytest.approx(float(new[2 * steps - 1]), rel=1e-6)
     assert rows[2]["lr"] == pytest.approx(float(new[-1]), rel=1e-6)
     log = Path(run / "train.log").read_text()
