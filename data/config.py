@@ -51,8 +51,6 @@ def input_size(value: Any, key: str = "data.img_size") -> tuple[int, int]:
 def scaled_size(size: Sequence[int], scale: float) -> tuple[int, int]:
     """``(h, w)`` of ``size`` times ``scale``, each side rounded to the nearest multiple of
     32 (at least 32): ``train.img_scale`` 0.8 of 320 is 256, of 416 is 320."""
-    if not scale > 0:
-        raise ValueError(f"train.img_scale must be above 0, got {scale}")
     return tuple(max(1, math.floor(int(v) * scale / STRIDE + 0.5)) * STRIDE for v in size)
 
 

@@ -79,7 +79,8 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     evaluation, from the best checkpoint). Only rank 0 writes them.
     """
     tcfg = cfg.train
-    train_src, val_src = _load_data(cfg, rt)
+    img_size = training_size(cfg)
+    train_src, val_src = _load_data(cfg, rt, img_size)
     num_classes = train_src.num_classes
 
     net = build_model(cfg.model, num_classes, rt.kernels)
@@ -100,7 +101,6 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         kernels=rt.kernels,
     )
     plan = Schedule.from_config(tcfg, rt.world_size, len(train_src))
-    img_size = training_size(cfg)
     # The non-finite check stops on a NaN/Inf loss; skipping that step's update keeps
     # the weights that produced it, so the stop names the parameter at fault.
     train_step = build_train_step(
@@ -191,7 +191,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     return evaluation.final(last_was_best=state.is_best)
 
 
-def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
+def _load_data(cfg: Any, rt: Runtime, img_size: tuple[int, int]) -> tuple[Any, Any]:
     """The train and val sources, reported in the log; the compile cache keyed by their
     class count (it sets the head's shapes)."""
     train_src, val_src = build_sources(cfg.data)
@@ -205,7 +205,7 @@ def _load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         ", ".join(train_src.class_names),
     )
     # The annotation summary's first lines (python -m msdet.data.check prints all of it).
-    for line in summarise_annotations(train_src, training_size(cfg)):
+    for line in summarise_annotations(train_src, img_size):
         log.info("%s", line)
     if cfg.runtime.compile_cache:
         import mindspore as ms

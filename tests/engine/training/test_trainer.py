@@ -52,24 +52,21 @@ def test_target_buckets_are_checked_against_the_run():
             }
         )  # fmt: skip
 
+    size = (640, 640)  # the training size
     cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
-    assert _target_buckets(config([]), cpu, (640, 640)) == ()
-    assert _target_buckets(config([32, 64], ms_range=5), cpu, (640, 640)) == (
-        32,
-        64,
-        120,
-    )  # 33 graphs
+    assert _target_buckets(config([]), cpu, size) == ()
+    assert _target_buckets(config([32, 64], ms_range=5), cpu, size) == (32, 64, 120)  # 33 graphs
     with pytest.raises(ValueError, match="train.multiscale_range.*data.target_buckets"):
-        _target_buckets(config([8, 16, 32, 48, 64, 96], ms_range=5), cpu, (640, 640))  # 77 graphs
+        _target_buckets(config([8, 16, 32, 48, 64, 96], ms_range=5), cpu, size)  # 77 graphs
     ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
     with pytest.raises(
         ValueError, match=r"data.target_buckets=\[32, 64\] needs runtime.sink=false"
     ):
-        _target_buckets(config([32, 64]), ascend, (640, 640))
+        _target_buckets(config([32, 64]), ascend, size)
     eight = Runtime(
         device="Ascend", mode="graph", amp_level="O2", sink=False, sink_size=-1, world_size=8
     )
-    assert _target_buckets(config([32, 64]), eight, (640, 640)) == (32, 64, 120)
+    assert _target_buckets(config([32, 64]), eight, size) == (32, 64, 120)
     assert _compile_all_first(eight, (32, 64, 120)) and not _compile_all_first(eight, ())
     assert not _compile_all_first(cpu, (32, 64, 120))
 
