@@ -94,7 +94,7 @@ COMMANDS: dict[str, Command] = {
         "bench/device_step.py", ("model", "data", "train", "runtime", "eval", "run")
     ),
     "selftest": Command(
-        "python -m msdet.engine.tools.selftest",
+        "python -m msdet.tools.selftest",
         ("model", "data", "train", "runtime", "eval", "export", "run"),
     ),
     "tool": Command(

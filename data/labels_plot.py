@@ -5,18 +5,24 @@ input against the strides, and the longer side against the small-object limit.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from msdet.data.summary import SMALL_OBJECT_PX, STRIDES
-
-if TYPE_CHECKING:
-    from msdet.data.check import SplitCheck
+from msdet.data.summary import SMALL_OBJECT_PX, STRIDES, TrainingBoxes
 
 
-def plot_labels(check: SplitCheck, img_size: Sequence[int], path: str) -> None:
+class SplitLabels(Protocol):
+    """What the plot reads of a split's check (``data.check.SplitCheck`` has it)."""
+
+    split: str
+    classes: Mapping[str, int]  # boxes per class name
+    class_names: Sequence[str]
+    boxes: TrainingBoxes
+
+
+def plot_labels(check: SplitLabels, img_size: Sequence[int], path: str) -> None:
     """``labels.png``: boxes per class, box centres, box width x height on the input with
     the strides marked, and the longer-side histogram with the small-object limit."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -15,7 +15,7 @@ CPU, so a cache shared between machines never hands one CPU's ``-march=native`` 
 another.
 
 Which kernels a network runs on is a value, :class:`CpuKernels`: the device module decides
-it once per process (``runtime.cpu_kernels``; ``auto``: the kernels ``ops.kernel_choice``
+it once per process (``runtime.cpu_kernels``; ``auto``: the kernels ``engine.runtime.kernel_choice``
 measured to be faster on this CPU) and the builders take it as an argument. :data:`NATIVE`
 (no kernels) is what GPU, Ascend, mixed precision, a machine without a compiler and an
 exported model get.

@@ -4,7 +4,7 @@
 detections per image, following YOLOX's ``postprocess``: score = objectness x best class
 probability (one label per anchor), keep ``score >= conf_thresh``, NMS per class. Every
 shape is static: the result is zero-padded to ``max_det`` rows with a valid count per image.
-On CPU the suppression runs on msdet's compiled greedy operator where ``ops.kernel_choice``
+On CPU the suppression runs on msdet's compiled greedy operator where ``engine.runtime.kernel_choice``
 measured it faster (``kernels/greedy_nms.cc``: the same masks, at the cost of the candidates
 that passed the threshold rather than of every slot).
 

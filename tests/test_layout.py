@@ -1,6 +1,7 @@
 """The architecture as the layout shows it: data flows one way,
-``common -> data, models, ops -> engine -> entry points``, with ``porting`` and ``bench`` on
-top; inside ``engine``, ``runtime`` is the bottom and ``tools`` the top.
+``common -> data, models, ops -> engine -> tools, porting -> entry points``, with ``bench`` on
+top; inside ``engine``, ``runtime`` is the bottom. ``engine`` holds the training, evaluation,
+inference and runtime only; the tools (doctor, chip check, self-test) sit above it.
 
 Every import statement of every module is read (top level and inside functions), so a
 lower layer that reaches upward fails here, naming the file and the import. msdet is
@@ -11,6 +12,7 @@ named ``models`` on its users' import path.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,26 +20,23 @@ import pytest
 from tests.support import ROOT as REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
-PACKAGES = ("common", "data", "models", "ops", "engine", "porting", "bench")
+PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench")
 # package (or engine sub-package) -> the msdet packages it must never import
 FORBIDDEN = {
-    "common": {"data", "models", "ops", "engine", "porting", "bench"},
-    "ops": {"data", "models", "engine", "porting", "bench"},
-    "data": {"models", "ops", "engine", "porting", "bench"},
-    "models": {"data", "engine", "porting", "bench"},
-    "engine": {"porting", "bench"},
-    "porting": {"bench"},
-    "engine/runtime": {
-        "engine.training",
-        "engine.evaluation",
-        "engine.inference",
-        "engine.tools",
-        "engine.cli",
-    },
-    "engine/training": {"engine.inference", "engine.tools", "engine.cli"},
-    "engine/evaluation": {"engine.training", "engine.inference", "engine.tools", "engine.cli"},
-    "engine/inference": {"engine.training", "engine.tools"},
+    "common": {"data", "models", "ops", "engine", "tools", "porting", "bench"},
+    "ops": {"data", "models", "engine", "tools", "porting", "bench"},
+    "data": {"models", "ops", "engine", "tools", "porting", "bench"},
+    "models": {"data", "engine", "tools", "porting", "bench"},
+    "engine": {"tools", "porting", "bench"},
+    "tools": {"porting", "bench"},
+    "porting": {"tools", "bench"},
+    "engine/runtime": {"engine.training", "engine.evaluation", "engine.inference", "engine.cli"},
+    "engine/training": {"engine.inference", "engine.cli"},
+    "engine/evaluation": {"engine.training", "engine.inference", "engine.cli"},
+    "engine/inference": {"engine.training"},
 }
+# What engine/ holds: the training, evaluation and inference engine and its runtime.
+ENGINE_PARTS = {"__init__.py", "cli.py", "runtime", "training", "evaluation", "inference"}
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
@@ -131,9 +130,100 @@ def test_device_questions_are_asked_in_the_device_module_only():
     assert asked == []
 
 
-def test_readme_layout_names_every_package_and_engine_module():
+def test_readme_layout_names_every_package_and_module_of_engine_and_tools():
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## Project layout", 1)[1].split("```")[1]
-    engine = [p for p in (ROOT / "engine").rglob("*.py") if p.stem not in ("__init__", "__main__")]
-    names = sorted({p.stem for p in engine} | {p.parent.name for p in engine})
-    assert names and [n for n in names if n not in layout] == []
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", layout))
+    modules = [
+        path
+        for package in ("engine", "tools")
+        for path in (ROOT / package).rglob("*.py")
+        if path.stem not in ("__init__", "__main__")
+    ]
+    names = sorted({p.stem for p in modules} | {p.parent.name for p in modules})
+    assert len(names) > 40 and [n for n in names if n not in words] == []
+
+
+def test_the_readme_check_matches_whole_names_only():
+    assert "ema" not in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "schema, emanate"))
+
+
+def test_engine_holds_training_evaluation_inference_and_runtime_only():
+    parts = {p.name for p in (ROOT / "engine").iterdir() if p.name != "__pycache__"}
+    assert parts == ENGINE_PARTS
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``msdet.data.check`` for ``data/check.py``; ``msdet.tools`` for its ``__init__.py``."""
+    parts = ["msdet", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the msdet modules it imports (top level and inside functions), each import
+    resolved to the module file it loads (``from msdet.data import check`` -> ``msdet.data.check``)."""
+    files = {module_name(p, root): p for pkg in PACKAGES for p in (root / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                wanted = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            else:
+                continue
+            for target in wanted:
+                if target in files and target != name:
+                    targets.add(target)
+                    break  # the submodule if it is one, else the module itself
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycles():
+    graph = import_graph()
+    assert len(graph) > 150 and sum(len(t) for t in graph.values()) > 300
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("")
+    (tmp_path / "data" / "check.py").write_text("from msdet.data.plot import plot\n")
+    (tmp_path / "data" / "plot.py").write_text("def plot():\n    from msdet.data import check\n")
+    graph = import_graph(tmp_path)
+    assert graph["msdet.data.check"] == {"msdet.data.plot"}
+    assert cycles(graph) == [["msdet.data.check", "msdet.data.plot"]]

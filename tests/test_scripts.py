@@ -340,7 +340,7 @@ def test_ascend_image_is_built_per_chip_on_the_cann_of_mindspores_own_kernels():
     assert args["CANN_IMAGE"] == "quay.io/ascend/cann" and args["CHIP"] == "910b"
     # The CANN the installed MindSpore's Ascend C kernels were built with (AllFinite is off
     # under another major.minor): the wheel's own record, read by the doctor.
-    from msdet.engine.tools.doctor import bundled_kernels_cann, major_minor
+    from msdet.tools.doctor import bundled_kernels_cann, major_minor
 
     assert major_minor(args["CANN_VERSION"]) == major_minor(bundled_kernels_cann()) == "9.1"
     assert steps[[op for op, _ in steps].index("FROM")] == ("FROM", "${BASE_IMAGE}")

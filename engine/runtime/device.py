@@ -271,7 +271,7 @@ def setup_cpu_kernels(
     head's output for the loss's terms; an NMSWithMask over every candidate slot, valid or
     not; an SGD per parameter; a Reshape per parameter for the EMA),
     but whether msdet's direct loops win depends on the CPU (they lost on an AVX2-only AMD
-    EPYC): ``auto`` uses the kernels that ``ops.kernel_choice`` measured to be faster on
+    EPYC): ``auto`` uses the kernels that ``engine.runtime.kernel_choice`` measured to be faster on
     this CPU at ``threads`` threads (measured once, cached with the library), ``msdet``
     uses all unmeasured (tests, benchmarks), ``native`` none, and kernel names joined by
     ``+`` (``depthwise+upsample``) exactly those (ablations). GPU, Ascend, mixed precision
@@ -299,7 +299,7 @@ def setup_cpu_kernels(
     else:
         import mindspore as ms
 
-        from msdet.ops import kernel_choice
+        from msdet.engine.runtime import kernel_choice
 
         record = kernel_choice.decide(library, threads, ms.__version__)
         kernels = tuple(record["kernels"])

@@ -14,8 +14,8 @@ import pytest
 
 from msdet.engine.runtime import device
 from msdet.engine.runtime.device import resolve_amp, resolve_device, resolve_sink
+from msdet.engine.runtime.kernel_choice import DECISIONS, choice_path
 from msdet.ops import cpu_kernels
-from msdet.ops.kernel_choice import DECISIONS, choice_path
 from tests.support import ROOT
 
 

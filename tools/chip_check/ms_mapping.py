@@ -2,7 +2,7 @@
 which GE operator MindSpore's Ascend adapter emits for a primitive, and whether MindSpore's
 kernel-by-kernel backend (jit level O0/O1) runs it as an aclnn kernel instead.
 
-    python -m msdet.engine.tools.chip_check.ms_mapping --ms-src MINDSPORE_SOURCE \
+    python -m msdet.tools.chip_check.ms_mapping --ms-src MINDSPORE_SOURCE \
         --prims PRIMS.json [PRIMS.json ...] -o data/ms_to_cann.json
 
 Sources: the GE adapters ``mindspore/ccsrc/plugin/res_manager/ascend/op_adapter/op_declare/

@@ -1,7 +1,7 @@
 """The chip check: every operator of every graph msdet runs on an Ascend chip, held against
 that chip's own CANN operator tables, on this CPU.
 
-    python -m msdet.engine.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
+    python -m msdet.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
         [--tables TABLES.json] [--json REPORT.json] [--no-values] [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
@@ -18,7 +18,7 @@ not in these tables (such rows carry an "aclnn" note); dtypes some AI Core opera
 in their ``op_select_format`` code are emulated from CANN's sources, not compiled; MindSpore
 branches that test the device at build time (``ms.amp.all_finite``) take the CPU branch
 here. Only a card shows what really compiles and how fast: ``python -m
-msdet.engine.tools.selftest`` on it.
+msdet.tools.selftest`` on it.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import sys
 import tempfile
 
 from msdet.common import logs
-from msdet.engine.tools.chip_check.verdict import (
+from msdet.tools.chip_check.mapping import load_mapping
+from msdet.tools.chip_check.verdict import (
     DEFAULT_PRECISION,
     FAILING,
     format_chip,
     judge,
-    load_mapping,
     summarise,
 )
 
@@ -59,9 +59,9 @@ def run_check(
     "failures": n}``."""
     from msdet.common.config import load_config
     from msdet.engine.runtime.process import setup_runtime
-    from msdet.engine.tools.chip_check import values as value_ranges
-    from msdet.engine.tools.chip_check.cann_tables import load_tables
-    from msdet.engine.tools.chip_check.graphs import graph_rows
+    from msdet.tools.chip_check import values as value_ranges
+    from msdet.tools.chip_check.cann_tables import load_tables
+    from msdet.tools.chip_check.graphs import graph_rows
 
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
@@ -103,7 +103,7 @@ def run_check(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m msdet.engine.tools.chip_check", description=__doc__.split("\n\n")[0]
+        prog="python -m msdet.tools.chip_check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--chips", default=",".join(CHIPS))
     parser.add_argument("--tables", help="tables derived from your CANN (cann_tables module)")

@@ -10,14 +10,9 @@ import sys
 
 import pytest
 
-from msdet.engine.tools.chip_check import cann_tables
-from msdet.engine.tools.chip_check.verdict import (
-    FLOAT16_MAX,
-    Row,
-    cann_ops_needed,
-    judge,
-    load_mapping,
-)
+from msdet.tools.chip_check import cann_tables
+from msdet.tools.chip_check.mapping import cann_ops_needed, load_mapping
+from msdet.tools.chip_check.verdict import FLOAT16_MAX, Row, judge
 from tests.support import ROOT, run_python
 
 TABLES = cann_tables.load_tables()
@@ -116,7 +111,7 @@ def test_tables_are_derived_from_a_cann_tree(tmp_path):
 
 @pytest.mark.slow
 def test_the_ir_listing_names_primitives_dtypes_and_scopes(tmp_path):
-    stdout = run_python(["-m", "tests.engine.tools.ir_probe"], env={**os.environ}, timeout=300)
+    stdout = run_python(["-m", "tests.tools.ir_probe"], env={**os.environ}, timeout=300)
     rows = json.loads(stdout.strip().splitlines()[-1])
     by_prim = {r[0]: r for r in rows}
     assert {"Conv2D", "Cast", "TopK", "Reshape"} <= set(by_prim)
@@ -130,7 +125,7 @@ def test_a_users_own_cell_is_checked_per_chip():
     """check_cell on a port's own post-processing: its float32 TopK runs in float16 on the
     910A and, at the magnitude given, overflows; its NMSWithMask on [N, 5] will not compile
     on either training chip (msdet's own NMS is checked on the device; a user's is not)."""
-    stdout = run_python(["-m", "tests.engine.tools.cell_probe"], env={**os.environ}, timeout=300)
+    stdout = run_python(["-m", "tests.tools.cell_probe"], env={**os.environ}, timeout=300)
     findings = json.loads(stdout.strip().splitlines()[-1])
     verdict = {(f["chip"], f["prim"]): f for f in findings}
     assert verdict[("ascend910", "TopK")]["verdict"] == "overflows"
@@ -148,7 +143,7 @@ def test_msdets_graphs_pass_the_check_on_the_910a_and_the_910b(tmp_path):
     TopK the third review named within float16 on real data."""
     report = tmp_path / "chip_check.json"
     done = subprocess.run(
-        [sys.executable, "-m", "msdet.engine.tools.chip_check", "--chips",
+        [sys.executable, "-m", "msdet.tools.chip_check", "--chips",
          "ascend910,ascend910b", "--json", str(report)],
         cwd=tmp_path, capture_output=True, text=True, timeout=1800,
         env={**os.environ, "PYTHONPATH": ROOT},

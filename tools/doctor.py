@@ -1,4 +1,4 @@
-"""Environment check: ``python -m msdet.engine.tools.doctor``.
+"""Environment check: ``python -m msdet.tools.doctor``.
 
 Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
 versions when present (found from ``ASCEND_HOME_PATH`` as CANN's ``set_env.sh`` sets it, or
@@ -269,7 +269,8 @@ def check_cpu_kernels(report: Report, threads: int | None = None) -> None:
     """msdet's compiled CPU kernels on this machine: facts only (without them training runs
     on MindSpore's operators, slower but correct), nothing built or measured here."""
     from msdet.common.host import available_cores
-    from msdet.ops import cpu_kernels, kernel_choice
+    from msdet.engine.runtime import kernel_choice
+    from msdet.ops import cpu_kernels
 
     name, version = cpu_kernels.compiler()
     if version is None:

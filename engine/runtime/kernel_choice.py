@@ -10,7 +10,7 @@ separate process (its graphs, memory and random state never touch the training p
 and keeps a kernel only where its rule says so.
 
 :data:`DECISIONS` lists what is decided, each on its own benchmark
-(``ops.kernel_benchmarks``, YOLOX-nano's shapes) and its own variants, the first of which
+(``engine.runtime.kernel_benchmarks``, YOLOX-nano's shapes) and its own variants, the first of which
 is MindSpore's operators alone; the variants take turns, several rounds. Two rules:
 :func:`_winner` keeps the fastest variant if it beats MindSpore's operators by
 :data:`MARGIN` (kernels whose gain is time), :func:`_not_slower` keeps the kernel unless it
@@ -19,7 +19,7 @@ benchmark cannot show: the head's transpose, SGD, the EMA).
 The decision is cached beside the library (``<library>.choice-t<threads>.json``), whose
 name already holds the sources, compiler, flags and CPU.
 
-    python -m msdet.ops.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
+    python -m msdet.engine.runtime.kernel_choice LIBRARY THREADS      # measure; prints the JSON record
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msdet.common.config import ROOT
-from msdet.ops import kernel_benchmarks as bench
+from msdet.engine.runtime import kernel_benchmarks as bench
 from msdet.ops.cpu_kernels import KERNELS, kernels_text
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ DONE_LINE = "measured"  # the child's line after each decision
 @dataclass(frozen=True)
 class Decision:
     """One choice ``auto`` makes: its benchmark's variants, the rule that picks among them,
-    and the benchmark (``ops.kernel_benchmarks``: ``step`` builds one variant's Cell,
+    and the benchmark (``engine.runtime.kernel_benchmarks``: ``step`` builds one variant's Cell,
     ``inputs`` its inputs). The record keeps the times as ``"<name>_ms"``."""
 
     name: str
@@ -301,13 +302,14 @@ def _measure_in_child(library: str, threads: int) -> dict:
         for k, v in os.environ.items()
         if k not in CHILD_DROPS and not k.startswith(CHILD_DROPS_PREFIXES)
     }
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "msdet.ops.kernel_choice", library, str(int(threads))]
+    cmd = [sys.executable, "-m", "msdet.engine.runtime.kernel_choice", library, str(int(threads))]
     bar = Progress(len(DECISIONS), "measuring CPU kernels", "kernel", logger=log)
     lines: list[str] = []
+    # Its own working folder: whatever MindSpore writes there (compile records) goes with it.
+    work = tempfile.mkdtemp(prefix="msdet-kernel-choice-")
     try:
         with subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         ) as child:
             timer = threading.Timer(TIMEOUT_S, child.kill)
             timer.start()
@@ -325,6 +327,7 @@ def _measure_in_child(library: str, threads: int) -> dict:
         return {"kernels": [], "error": str(err)}
     finally:
         bar.close()
+        shutil.rmtree(work, ignore_errors=True)
     if child.returncode != 0 or not lines:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return {"kernels": [], "error": f"exit {child.returncode}: {tail}"}
@@ -388,7 +391,7 @@ def _time_alternating(steps: Mapping[str, Any], inputs: tuple, rounds: int):
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        raise SystemExit("usage: python -m msdet.ops.kernel_choice LIBRARY THREADS")
+        raise SystemExit("usage: python -m msdet.engine.runtime.kernel_choice LIBRARY THREADS")
     print(json.dumps(measure(args[0], int(args[1]))), flush=True)
 
 

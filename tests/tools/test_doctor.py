@@ -1,4 +1,4 @@
-"""python -m msdet.engine.tools.doctor: facts and verdict."""
+"""python -m msdet.tools.doctor: facts and verdict."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from msdet.engine.tools import doctor
+from msdet.tools import doctor
 
 
 def test_this_machine_is_ready(capsys):
@@ -99,7 +99,8 @@ def test_cpu_kernels_report_the_compiler_the_library_and_autos_choice(monkeypatc
     not built, built but not measured at this thread count, measured."""
     import json
 
-    from msdet.ops import cpu_kernels, kernel_choice
+    from msdet.engine.runtime import kernel_choice
+    from msdet.ops import cpu_kernels
 
     monkeypatch.setenv(cpu_kernels.CACHE_VAR, str(tmp_path))
     facts, report = _kernel_facts()

@@ -1,5 +1,5 @@
 """The self-test's checks on several ranks, one process per rank (``python -m
-msdet.engine.tools.selftest --cards N`` starts it through ``scripts/run_distributed_train.sh
+msdet.tools.selftest --cards N`` starts it through ``scripts/run_distributed_train.sh
 N`` after its single-card process has exited, so that rank 0 is the only process on card 0).
 
 Every rank
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import asdict
 
 import numpy as np
 
-from msdet.common.config import ROOT
 from msdet.engine.cli import Run, run_command
-from msdet.engine.tools.selftest.cases import (
+from msdet.tools.selftest.cases import (
     EVAL_DATA,
     WEIGHTS_FILE,
     Check,
@@ -39,10 +37,7 @@ from msdet.engine.tools.selftest.cases import (
     one_step,
     train_step_cell,
 )
-from msdet.engine.tools.selftest.device import RANKS_RESULT, WORK_VAR
-
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from msdet.tools.selftest.device import RANKS_RESULT, WORK_VAR
 
 OVERFLOW_SCALE = 2.0**127  # loss x scale is inf in float32 for any loss above 2
 
@@ -55,7 +50,7 @@ def distributed_step(cfg, rt, ref: dict, weights: str, gather) -> tuple[Check, C
     """The N-rank training step against one card's, and the overflow of one rank."""
     import mindspore as ms
 
-    from msdet.engine.tools.selftest.checks import compare_step
+    from msdet.tools.selftest.checks import compare_step
 
     step = train_step_cell(cfg, rt, weights, rt.amp_level, sync_bn=rt.sync_bn,
                            skip_nonfinite=True)  # fmt: skip

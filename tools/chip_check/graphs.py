@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from msdet.engine.tools.chip_check.verdict import Row
+from msdet.tools.chip_check.verdict import Row
 
 TRAINING_CHIPS = ("ascend910", "ascend910b")
 INFERENCE_CHIPS = ("ascend310p", "ascend310b")
@@ -59,9 +59,9 @@ def graph_rows(cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2) -> 
     """Every primitive of the graphs msdet runs on ``chip``, with input dtypes as compiled."""
     import mindspore as ms
 
-    from msdet.engine.tools.chip_check.ir import list_primitives
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.models.yolox import build_model
+    from msdet.tools.chip_check.ir import list_primitives
 
     chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp))
     rows: list[Row] = []

@@ -1,4 +1,4 @@
-"""The self-test (python -m msdet.engine.tools.selftest): its comparisons compare like with
+"""The self-test (python -m msdet.tools.selftest): its comparisons compare like with
 like, every failure lands in the report (a bad device, a check that raises, a process that
 dies), the parent process never loads MindSpore (so rank 0 alone opens card 0), and on CPU
 the whole tiny variant passes and skips only what needs a card (slow)."""
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from msdet.engine.tools.selftest.cases import (
+from msdet.tools.selftest.cases import (
     TOL_FP32,
     TOL_PROB_FP32,
     Check,
@@ -22,8 +22,8 @@ from msdet.engine.tools.selftest.cases import (
     compare_predictions,
     relative_error,
 )
-from msdet.engine.tools.selftest.device import RESULTS_FILE, Recorder, read_results
-from msdet.engine.tools.selftest.report import (
+from msdet.tools.selftest.device import RESULTS_FILE, Recorder, read_results
+from msdet.tools.selftest.report import (
     compile_budget,
     device_lines,
     format_table,
@@ -121,7 +121,7 @@ def test_compile_budget_counts_the_graphs_against_mindyolos_compile_times():
 def run_selftest(tmp_path, *args: str, python: list[str] | None = None):
     report = tmp_path / "selftest.json"
     done = subprocess.run(
-        [*(python or [sys.executable, "-m", "msdet.engine.tools.selftest"]), "--report",
+        [*(python or [sys.executable, "-m", "msdet.tools.selftest"]), "--report",
          str(report), *args],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": ROOT},
@@ -159,7 +159,7 @@ def test_the_parent_process_never_loads_mindspore(tmp_path):
     code = (
         "import runpy, sys\n"
         "sys.argv = ['selftest', *sys.argv[1:]]\n"
-        "try:\n    runpy.run_module('msdet.engine.tools.selftest', run_name='__main__')\n"
+        "try:\n    runpy.run_module('msdet.tools.selftest', run_name='__main__')\n"
         "except SystemExit as stop:\n    code = stop.code\n"
         "print('MINDSPORE_LOADED', any(m.split('.')[0] == 'mindspore' for m in sys.modules))\n"
         "sys.exit(code)\n"
@@ -187,7 +187,7 @@ def test_a_check_that_raises_is_recorded_and_the_next_one_runs(tmp_path):
         "        raise RuntimeError('the chip query failed')\n"
         "    return real(*args)\n"
         "device.chip_profile = broken_once\n"
-        "from msdet.engine.tools.selftest.device import run_device_checks\n"
+        "from msdet.tools.selftest.device import run_device_checks\n"
         "run_device_checks(['runtime.device=CPU'], ['chip', 'chip'], sys.argv[1])\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path,

@@ -1,11 +1,11 @@
 """On-device self-test: does msdet work on this machine, path by path? The pieces every
 process of it shares: the fixed inputs, the tolerances, the comparisons, the CPU reference.
 
-    python -m msdet.engine.tools.selftest                    # the device here (Ascend if present)
-    python -m msdet.engine.tools.selftest --size 64          # the tiny variant (CI runs it on CPU)
-    python -m msdet.engine.tools.selftest --cards 8          # also 8 ranks: collectives, a step
-    python -m msdet.engine.tools.selftest --only step,eval   # some checks only
-    python -m msdet.engine.tools.selftest runtime.device=CPU # key=value: config settings
+    python -m msdet.tools.selftest                    # the device here (Ascend if present)
+    python -m msdet.tools.selftest --size 64          # the tiny variant (CI runs it on CPU)
+    python -m msdet.tools.selftest --cards 8          # also 8 ranks: collectives, a step
+    python -m msdet.tools.selftest --only step,eval   # some checks only
+    python -m msdet.tools.selftest runtime.device=CPU # key=value: config settings
 
 Every device-only path msdet takes is run on the device and compared with the same
 computation on the host CPU, from the same weights and inputs: a child process (``--reference
@@ -259,72 +259,8 @@ def one_step(step: Any, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, float
     return terms, float(np.sqrt(update))
 
 
-# ---- the reference: host CPU, PyNative ------------------------------------------------------
-
-
-def make_reference(out_dir: str, size: int) -> None:
-    """Weights, inputs and every reference figure, computed on the CPU in PyNative mode."""
-    from msdet.engine.runtime.process import setup_runtime
-
-    cfg = compose_config(
-        ["runtime.device=CPU", "runtime.mode=pynative", "runtime.cpu_kernels=native"]
-    )
-    setup_runtime(cfg.runtime, out_dir)
-    import mindspore as ms
-
-    batch = inputs(size)
-    net = nano(cfg)
-    # BatchNorm statistics of one real batch (momentum 0: the batch's own), so that the
-    # inference outputs differ from anchor to anchor.
-    bns = [c for _, c in net.cells_and_names() if isinstance(c, ms.nn.BatchNorm2d)]
-    for bn in bns:
-        bn.momentum = 0.0
-    net.set_train(True)
-    net(ms.Tensor(batch["images"]))
-    for bn in bns:
-        bn.momentum = 0.97
-    # Class and objectness biases at 0 instead of YOLOX's prior (probabilities ~0.01): scores
-    # spread over (0, 1), so that probabilities are compared where they are not all alike
-    # and the evaluation keeps detections above eval.conf_thresh.
-    for param in net.trainable_params():
-        if param.name.startswith(("head.cls_preds.", "head.obj_preds.")) and "bias" in param.name:
-            param.set_data(ms.Tensor(np.zeros(param.shape, np.float32)))
-    weights = os.path.join(out_dir, WEIGHTS_FILE)
-    ms.save_checkpoint(net, weights)
-    net.set_train(False)
-    from msdet.engine.runtime.amp import mixed_precision
-    from msdet.engine.runtime.process import Runtime
-
-    figures = {}
-    cpu = Runtime(device="CPU", mode="pynative", amp_level="O0", sink=False, sink_size=-1)
-    for amp in ("O0", "O2"):  # the device's side is compared with the same AMP level here
-        infer = nano(cfg, weights)
-        infer.set_train(False)
-        if amp != "O0":
-            infer = mixed_precision(infer, amp)
-            infer.set_train(False)
-        figures[f"forward_{amp}"] = infer(ms.Tensor(batch["images"])).asnumpy().astype(np.float32)
-        step = train_step_cell(cfg, cpu, weights, amp)
-        step.scale.set_data(ms.Tensor(1.0, ms.float32))  # as check_train_step does
-        figures[f"loss_terms_{amp}"], figures[f"update_norm_{amp}"] = one_step(step, batch)
-    from msdet.engine.tools.selftest.evaluation import host_evaluation
-    from msdet.ops.nms import HostNMS
-
-    dets, counts = HostNMS(
-        NMS_CLASSES, conf_thresh=0.0, pre_nms_topk=NMS_CANDIDATES, max_det=NMS_CANDIDATES
-    )(ms.Tensor(batch["nms_predictions"]))
-    figures.update(host_evaluation(weights, out_dir))
-    np.savez(
-        os.path.join(out_dir, REFERENCE_FILE),
-        **figures,
-        nms_dets=dets,
-        nms_counts=counts,
-        **batch,
-    )
-
-
 def load_reference(work: str) -> dict[str, np.ndarray]:
-    """What :func:`make_reference` saved in ``work``."""
+    """What :func:`msdet.tools.selftest.reference.make_reference` saved in ``work``."""
     saved = np.load(os.path.join(work, REFERENCE_FILE))
     return {k: saved[k] for k in saved.files}
 

@@ -1,6 +1,6 @@
 """The self-test's command line and report (:mod:`.cases` describes the checks).
 
-    python -m msdet.engine.tools.selftest [--size 64] [--cards 8] [--only step,eval] [key=value ...]
+    python -m msdet.tools.selftest [--size 64] [--cards 8] [--only step,eval] [key=value ...]
 
 This process never loads MindSpore, so it holds no device: it runs, one after the other, the
 CPU reference (a child on the host), the single-card checks (a child on the device,
@@ -26,8 +26,8 @@ from dataclasses import asdict
 from typing import Any
 
 from msdet.common.config import ROOT
-from msdet.engine.tools.selftest.cases import STATUS_ORDER, Check, compose_config, log, skipped
-from msdet.engine.tools.selftest.device import (
+from msdet.tools.selftest.cases import STATUS_ORDER, Check, compose_config, log, skipped
+from msdet.tools.selftest.device import (
     ALL_CHECKS,
     CHECKS,
     NO_REFERENCE,
@@ -48,7 +48,7 @@ REFERENCE_NAME = "CPU reference (host, PyNative)"
 
 def host_environment() -> dict[str, Any]:
     """Versions and the machine, read without loading MindSpore."""
-    from msdet.engine.tools.doctor import ascend_versions, package_version
+    from msdet.tools.doctor import ascend_versions, package_version
 
     return {
         "mindspore": package_version("mindspore"),
@@ -134,7 +134,7 @@ def run_child(cmd: list[str], cwd: str, env: dict[str, str] | None = None) -> tu
 
 
 def self_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "msdet.engine.tools.selftest", *args]
+    return [sys.executable, "-m", "msdet.tools.selftest", *args]
 
 
 def device_lines(keys: list[str], rc: int, tail: str, work: str) -> tuple[dict, list[Check]]:
@@ -163,7 +163,7 @@ def device_lines(keys: list[str], rc: int, tail: str, work: str) -> tuple[dict, 
 def distributed_lines(cards: int, device: str, overrides: list[str], work: str) -> list[Check]:
     """``cards`` ranks through msdet's launcher (:mod:`.ranks`), after the device child."""
     env = {k: v for k, v in child_env().items() if not k.startswith(("MS_", "RANK_"))}
-    env["TRAIN_ENTRY"] = os.path.join(ROOT, "engine", "tools", "selftest", "ranks.py")
+    env["TRAIN_ENTRY"] = os.path.join(ROOT, "tools", "selftest", "ranks.py")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env[WORK_VAR] = work
     run_dir = os.path.join(work, "ranks")
@@ -231,7 +231,7 @@ def run_selftest(overrides: list[str], keys: list[str], size: int, cards: int, w
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m msdet.engine.tools.selftest",
+    parser = argparse.ArgumentParser(prog="python -m msdet.tools.selftest",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
     parser.add_argument("--size", type=int, default=320, help="input size (64: the tiny variant)")
     parser.add_argument("--cards", type=int, default=0, help="also check N ranks (2+)")
@@ -247,12 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.reference:
-        from msdet.engine.tools.selftest.cases import make_reference
+        from msdet.tools.selftest.reference import make_reference
 
         make_reference(args.reference, args.size)
         return 0
     if args.device_checks:
-        from msdet.engine.tools.selftest.device import run_device_checks
+        from msdet.tools.selftest.device import run_device_checks
 
         run_device_checks(args.overrides, keys, args.device_checks)
         return 0

@@ -7,8 +7,8 @@ MindSpore's adapter sources, ``mindspore/ccsrc/plugin/res_manager/ascend/op_adap
 op_declare/*.cc``, version 2.7; the 2.10 wheel's headers and generated Python confirm the
 names and which primitives run as aclnn kernels), then looked up in the chip's tables
 (:mod:`.cann_tables`) under that name and the names CANN's own graph passes turn it into
-(:data:`CANN_RENAMES`). Known requirements the tables do not carry (an input shape a kernel
-insists on) are :data:`CONSTRAINTS`, each with the CANN file that states it.
+(:data:`.mapping.CANN_RENAMES`). Known requirements the tables do not carry (an input shape a
+kernel insists on) are :data:`CONSTRAINTS`, each with the CANN file that states it.
 
 Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(fp16)``
 (only a float16 kernel, and the precision mode casts: checked against the values measured
@@ -20,43 +20,20 @@ on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will no
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from msdet.engine.tools.chip_check.cann_tables import DATA_DIR, check
+from msdet.tools.chip_check.cann_tables import check
+from msdet.tools.chip_check.mapping import CANN_RENAMES
 
 FLOAT16_MAX = 65504.0
 FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
-MAPPING = os.path.join(DATA_DIR, "ms_to_cann.json")
 # Reshape-type primitives: GE treats them as no-op nodes; kernel by kernel they get a
 # runtime kernel that launches nothing.
 NOP = {"Reshape", "ExpandDims", "Squeeze", "Flatten", "FlattenGrad", "Unsqueeze", "ReshapeExt"}
 # Graph plumbing: no kernel at all.
 PLUMBING = {"make_list", "MakeList", "MakeTuple", "TupleGetItem", "Depend", "UpdateState", "Load"}
-# Operator types CANN's graph passes (GE/FE fusion and constant-to-attribute passes, in
-# binaries) may turn a GE operator into before kernel selection: tried after the name itself.
-CANN_RENAMES = {
-    "TopK": ["TopKV2", "TopKD"],
-    "BatchNorm": ["BNTrainingReduce", "BNTrainingUpdate", "BNInfer"],
-    "BatchNormGrad": ["BNTrainingUpdateGrad", "BNTrainingReduceGrad", "BNInferGrad"],
-    "Conv2DBackpropFilter": ["Conv2DBackpropFilterD"],
-    "Conv2DBackpropInput": ["Conv2DBackpropInputD"],
-    "Concat": ["ConcatD", "ConcatV2D", "ConcatV2"],
-    "Tile": ["TileD"],
-    "StridedSlice": ["StridedSliceD"],
-    "ReduceSum": ["ReduceSumD"],
-    "ReduceMax": ["ReduceMaxD"],
-    "GatherV2": ["GatherV2D"],
-    "OneHot": ["OneHotD"],
-    "Fill": ["FillD"],
-    "SplitV": ["SplitVD"],
-    "BroadcastTo": ["BroadcastToD"],
-    "Pad": ["PadD"],
-    "ArgMaxWithValue": ["ArgMaxV2"],
-}
 # Requirements of CANN kernels that the operator tables do not state.
 CONSTRAINTS = {
     "NMSWithMask": {
@@ -115,24 +92,6 @@ class Finding:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def load_mapping(path: str | None = None) -> dict:
-    """The MindSpore primitive -> CANN operator mapping (and its sources)."""
-    with open(path or MAPPING, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def cann_ops_needed(mapping: dict | None = None) -> list[str]:
-    """Every CANN operator the mapping can lead to, renames included (what the bundled
-    tables must hold)."""
-    ops = set()
-    for entry in (mapping or load_mapping())["map"].values():
-        names = [entry.get("cann_op"), entry.get("cann_op_infer")]
-        names += list(entry.get("ge_fallback_expands_to") or [])
-        for name in filter(None, names):
-            ops |= {name, *CANN_RENAMES.get(name, [])}
-    return sorted(ops)
 
 
 def tensor_dtype(ir_type: str | None) -> str | None:

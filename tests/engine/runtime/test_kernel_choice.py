@@ -1,4 +1,4 @@
-"""ops.kernel_choice: which of msdet's CPU kernels runtime.cpu_kernels=auto uses, by measurement."""
+"""engine.runtime.kernel_choice: which of msdet's CPU kernels runtime.cpu_kernels=auto uses, by measurement."""
 
 from __future__ import annotations
 
@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from msdet.ops import kernel_choice
+from msdet.engine.runtime import kernel_choice
+from msdet.engine.runtime.kernel_choice import (
+    DECISIONS,
+    cached_choice,
+    choice_path,
+    decide,
+    describe,
+)
 from msdet.ops.cpu_kernels import KERNELS
-from msdet.ops.kernel_choice import DECISIONS, cached_choice, choice_path, decide, describe
 
 
 def choose(name, median_ms):

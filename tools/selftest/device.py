@@ -2,7 +2,7 @@
 writes each result as one JSON line the moment it has it, so that the report holds every
 check run before anything failed, and names the check a crash of this process interrupted.
 
-    python -m msdet.engine.tools.selftest --device-checks WORK --size 64 --only step,eval
+    python -m msdet.tools.selftest --device-checks WORK --size 64 --only step,eval
 
 Each check key of :data:`CHECKS` maps to a function of the run's context giving its report
 lines; an exception in one (the chip query, a compile, a launch) becomes a failed line with
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from msdet.engine.tools.selftest.cases import (
+from msdet.tools.selftest.cases import (
     WEIGHTS_FILE,
     Check,
     compose_config,
@@ -64,8 +64,8 @@ class Context:
 
 def runners() -> dict[str, Callable[[Context], list[Check]]]:
     """Check key -> its report lines (imported here: they import MindSpore)."""
-    from msdet.engine.tools.selftest import checks as c
-    from msdet.engine.tools.selftest.evaluation import check_evaluation
+    from msdet.tools.selftest import checks as c
+    from msdet.tools.selftest.evaluation import check_evaluation
 
     return {
         "chip": lambda x: [c.check_chip(x.rt)],

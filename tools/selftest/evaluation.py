@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from msdet.engine.tools.selftest.cases import (
+from msdet.tools.selftest.cases import (
     EVAL_DATA,
     NUM_CLASSES,
     Check,

@@ -8,7 +8,7 @@ small generated shapes set, with a dump of the inputs of the named operator type
 this process reads the ``.npy`` files. On CPU MindSpore dumps whole tensors (its
 ``statistic`` mode is for GPU and Ascend).
 
-    python -m msdet.engine.tools.chip_check.values --out DIR --prims TopK,Neg [--steps 3]
+    python -m msdet.tools.chip_check.values --out DIR --prims TopK,Neg [--steps 3]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def measure(prims: list[str], steps: int = 3, img: int = 128, batch: int = 2) ->
         config = os.path.join(work, "dump.json")
         with open(config, "w", encoding="utf-8") as f:
             json.dump(dump_config(os.path.join(work, "dump"), prims), f)
-        cmd = [sys.executable, "-m", "msdet.engine.tools.chip_check.values", "--run",
+        cmd = [sys.executable, "-m", "msdet.tools.chip_check.values", "--run",
                "--steps", str(steps), "--img", str(img), "--batch", str(batch),
                "--data", os.path.join(work, "data")]  # fmt: skip
         done = subprocess.run(

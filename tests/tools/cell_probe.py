@@ -1,6 +1,6 @@
 """A user's own Cell through ``check_cell``, its findings printed as JSON.
 
-Run in a process of its own (``python -m tests.engine.tools.cell_probe``): the IR dump it
+Run in a process of its own (``python -m tests.tools.cell_probe``): the IR dump it
 turns on cannot be turned off again in that process (MindSpore 2.10)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from msdet.engine.tools.chip_check.cell import check_cell
+from msdet.tools.chip_check.cell import check_cell
 
 
 class Ranker(nn.Cell):

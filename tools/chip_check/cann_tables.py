@@ -4,7 +4,7 @@ input) and which AI CPU or host tables list an operator.
 msdet keeps a compact copy for the operators its graphs use (``data/cann-8.1.RC1.json``,
 :func:`load_tables`), derived from CANN 8.1.RC1's toolkit by this module:
 
-    python -m msdet.engine.tools.chip_check.cann_tables --cann-root $ASCEND_HOME_PATH \
+    python -m msdet.tools.chip_check.cann_tables --cann-root $ASCEND_HOME_PATH \
         [--select-format] [-o tables.json]
 
 ``--cann-root`` is a real install's ``$ASCEND_HOME_PATH`` (``.../ascend-toolkit/latest``), a
@@ -34,6 +34,8 @@ import json
 import os
 import re
 import sys
+
+from msdet.tools.chip_check.mapping import DATA_DIR, cann_ops_needed
 
 DEFAULT_CHIPS = ["ascend910", "ascend910b", "ascend310p", "ascend310b"]
 CHIP_NAMES = {
@@ -378,7 +380,7 @@ def derive(opp: str, ops, chips, ms_dir=None, select_format=False):
     out = {"_meta": {"opp": opp, "chips": {c: CHIP_NAMES.get(c, c) for c in chips}, "files": {}}}
     emu = None
     if select_format:
-        from msdet.engine.tools.chip_check.select_format import Emulator
+        from msdet.tools.chip_check.select_format import Emulator
 
         try:
             emu = Emulator(os.path.dirname(opp))
@@ -428,7 +430,6 @@ def derive(opp: str, ops, chips, ms_dir=None, select_format=False):
     return out
 
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BUNDLED = os.path.join(DATA_DIR, "cann-8.1.RC1.json")
 
 
@@ -443,7 +444,7 @@ def compact(derived: dict, ops) -> dict:
             or f"CANN {os.path.basename(os.path.dirname(meta['opp']))}",
             "chips": meta.get("chips"),
             "select_format": meta.get("select_format", "not emulated"),
-            "derived_by": "python -m msdet.engine.tools.chip_check.cann_tables --select-format",
+            "derived_by": "python -m msdet.tools.chip_check.cann_tables --select-format",
         }
     }
     for op in ops:
@@ -599,8 +600,6 @@ def main(argv=None):
         with open(a.ops_file, encoding="utf-8") as f:
             ops += [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
     if not ops:
-        from msdet.engine.tools.chip_check.verdict import cann_ops_needed
-
         ops = cann_ops_needed()
     opp = find_opp(a.cann_root)
     ms = None if a.no_mindspore else mindspore_dir(a.mindspore)

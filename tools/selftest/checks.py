@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from msdet.engine.tools.selftest.cases import (
+from msdet.tools.selftest.cases import (
     NMS_CANDIDATES,
     NMS_CLASSES,
     TOL_FP32,

@@ -1,12 +1,13 @@
 """The benchmarks behind ``runtime.cpu_kernels=auto``: msdet's kernels at YOLOX-nano's shapes.
 
-Each benchmark is a pair of functions for :data:`ops.kernel_choice.DECISIONS`:
+Each benchmark is a pair of functions for :data:`engine.runtime.kernel_choice.DECISIONS`:
 ``NAME(library, kernels, rng)`` builds the graph-mode Cell to time, on msdet's kernels for
 the names in ``kernels`` and on MindSpore's operators for the others, and
 ``NAME_inputs(rng, steps)`` its inputs (``steps``: the Cells built, by variant). All run at
 the training step's shapes (YOLOX-nano, batch 8, 320 px, 80 classes) except NMS, at the
-inference benchmark's (416 px). ``ops`` may not import ``models``, so the shapes the model
-gives are listed here (tests/ops/test_kernel_benchmarks.py checks them against the model).
+inference benchmark's (416 px). The optimizer's parameters come from the model itself; the
+layer shapes below are the model's at those sizes, listed so that each benchmark builds only
+its layers (tests/engine/runtime/test_kernel_benchmarks.py checks them against the model).
 Weights come from ``rng``, never from MindSpore's initialisers: its random state is not
 touched.
 
@@ -43,22 +44,17 @@ LOSS_FG_SHARE = 0.02
 # Post-processing's shapes: the side (3,549 anchors), the share of anchors whose score
 # passes eval.conf_thresh (0.01), and eval's defaults (threshold, IoU, top-k, max_det).
 NMS_SIDE, NMS_VALID_SHARE, NMS_SETTINGS = 416, 0.2, (0.01, 0.65, 1000, 100)
-# The optimizer's parameters: YOLOX-nano's at 80 classes, (shape, count), 912,159 values.
-# Convolution weights, with weight decay:
-SGD_WEIGHTS = (
-    ((1, 64, 1, 1), 3), ((4, 64, 1, 1), 3), ((16, 1, 3, 3), 2), ((16, 12, 3, 3), 1),
-    ((16, 16, 1, 1), 2), ((16, 32, 1, 1), 2), ((32, 1, 3, 3), 5), ((32, 16, 1, 1), 1),
-    ((32, 32, 1, 1), 9), ((32, 64, 1, 1), 2), ((32, 128, 1, 1), 2), ((64, 1, 3, 3), 19),
-    ((64, 32, 1, 1), 1), ((64, 64, 1, 1), 26), ((64, 128, 1, 1), 6), ((64, 256, 1, 1), 3),
-    ((80, 64, 1, 1), 3), ((128, 1, 3, 3), 4), ((128, 64, 1, 1), 1), ((128, 128, 1, 1), 8),
-    ((128, 256, 1, 1), 6), ((256, 128, 1, 1), 1), ((256, 256, 1, 1), 2), ((256, 512, 1, 1), 1),
-)  # fmt: skip
-# BatchNorm scales and shifts, biases: no decay.
-SGD_VECTORS = (
-    ((1,), 3), ((4,), 3), ((16,), 14), ((32,), 38), ((64,), 110), ((80,), 3), ((128,), 38),
-    ((256,), 8),
-)  # fmt: skip
 SGD_RECIPE = (0.9, 5e-4)  # momentum (Nesterov), weight decay: the yolox recipe
+
+
+def nano_parameter_shapes() -> list[tuple[int, ...]]:
+    """The shapes of YOLOX-nano's trainable parameters at 80 classes (912,159 values): what
+    the optimizer updates each step. Convolution weights (more than one dimension) take weight
+    decay; BatchNorm scales and shifts and biases do not."""
+    from msdet.models.yolox import build_model, load_model_config
+
+    net = build_model(load_model_config("yolox_nano"), 80)
+    return [tuple(p.shape) for p in net.trainable_params()]
 
 
 def blocks(library: str, kernels: Sequence[str], rng) -> Any:
@@ -442,7 +438,7 @@ def _anchor_grid(side: int):
 
 def sgd(library: str, kernels: Sequence[str], rng) -> Any:
     """One step of SGD with Nesterov momentum and weight decay over YOLOX-nano's parameters
-    (:data:`SGD_WEIGHTS`, :data:`SGD_VECTORS`): one ``SGD`` operator per parameter, as
+    (:func:`nano_parameter_shapes`): one ``SGD`` operator per parameter, as
     ``engine.optim`` runs it on MindSpore's operators, or msdet's one operator for all if
     ``kernels`` has it. Called with the gradients; returns (the first weight's sum after the
     step,), so the update must have run."""
@@ -453,7 +449,7 @@ def sgd(library: str, kernels: Sequence[str], rng) -> Any:
     from msdet.ops.sgd import flat_sgd_op
 
     momentum, decay = SGD_RECIPE
-    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+    shapes = nano_parameter_shapes()
     decays = [decay if len(shape) > 1 else 0.0 for shape in shapes]
 
     def f32(*values):
@@ -513,7 +509,7 @@ def ema(library: str, kernels: Sequence[str], rng) -> Any:
 
     from msdet.ops.ema import flat_ema_op
 
-    shapes = [shape for shape, count in SGD_WEIGHTS + SGD_VECTORS for _ in range(count)]
+    shapes = nano_parameter_shapes()
 
     class Update(nn.Cell):
         def __init__(self):

@@ -2,14 +2,14 @@
 Ascend chip's CANN tables as msdet holds its own.
 
     import mindspore as ms
-    from msdet.engine.tools.chip_check.cell import check_cell
+    from msdet.tools.chip_check.cell import check_cell
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     findings = check_cell(net, images, chips=("ascend910", "ascend910b"))
     failing = [f for f in findings if f.verdict in ("none", "overflows")]
 
 The Cell is compiled (not run) as it stands: put it in training mode and apply the AMP level
-the chip will use before calling, as ``python -m msdet.engine.tools.chip_check`` does for
+the chip will use before calling, as ``python -m msdet.tools.chip_check`` does for
 msdet's graphs. Value ranges are the caller's to give (``largest``: primitive name -> the
 largest input magnitude measured on real data); without them an operator the chip runs in
 float16 is reported as narrowed, not judged against float16's range.
@@ -21,12 +21,12 @@ that matters.
 
 from __future__ import annotations
 
-from msdet.engine.tools.chip_check.verdict import (
+from msdet.tools.chip_check.mapping import load_mapping
+from msdet.tools.chip_check.verdict import (
     DEFAULT_PRECISION,
     Finding,
     Row,
     judge,
-    load_mapping,
 )
 
 
@@ -43,8 +43,8 @@ def check_cell(
     ``aicore``, ``aicore(fp16)`` (runs in float16 under the chip's precision mode),
     ``aicpu``, ``nop`` (a reshape), ``overflows`` or ``none`` (will not compile), with the
     reason. ``precision_mode``: ``auto`` takes MindSpore's default for each chip."""
-    from msdet.engine.tools.chip_check.cann_tables import load_tables
-    from msdet.engine.tools.chip_check.ir import list_primitives
+    from msdet.tools.chip_check.cann_tables import load_tables
+    from msdet.tools.chip_check.ir import list_primitives
 
     unknown = [c for c in chips if c not in DEFAULT_PRECISION]
     if unknown:
