@@ -18,7 +18,9 @@ alternates their steps (the order reversed every round).
 from __future__ import annotations
 
 from msdet.bench.common import kernel_bench_parser, median, print_result, start_kernel_bench, timed
-from msdet.engine.runtime.kernel_benchmarks import UPSAMPLES as SHAPES  # YOLOX-nano's two, at 320 px
+from msdet.engine.runtime.kernel_benchmarks import (
+    UPSAMPLES as SHAPES,  # YOLOX-nano's two, at 320 px
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
