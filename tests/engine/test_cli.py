@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from msdet.common.runs import LOCK_FILE, RunFolderBusyError, RunLock, claim_run_folder
-from msdet.engine.cli import run_command, typed_overrides, user_errors
+from msdet.engine.cli import help_text, run_command, typed_overrides, user_errors
 from tests.support import ROOT
 
 
@@ -187,6 +187,13 @@ def test_typed_overrides_keep_what_was_typed():
         "model": "yolox_s",
         "eval.img_size": "416",
     }
+
+
+def test_help_shows_the_derived_training_size_apart_from_the_settings():
+    settings, derived = help_text("train").split("derived from the settings (not typed):\n")
+    assert "  eval.img_size=[320, 320]" in settings and "  train.input_size" not in settings
+    assert derived.startswith("  train.input_size=[256, 256]   # the training input")
+    assert "derived" not in help_text("eval")  # eval.py takes no train section
 
 
 def test_user_errors_exit_with_one_line(caplog):
