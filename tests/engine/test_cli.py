@@ -133,6 +133,16 @@ def test_a_refused_folder_keeps_its_record(tmp_path):
     assert (folder / "result.txt").exists()
 
 
+def test_the_run_folders_config_shows_the_resolved_sizes(tmp_path):
+    """config.yaml is written from the loaded config: the sizes the run used."""
+    from omegaconf import OmegaConf
+
+    seen = claim(tmp_path, "run.name=sized", "data.img_size=416", command="train")
+    written = OmegaConf.load(os.path.join(seen["dir"], "config.yaml"))
+    assert list(written.train.input_size) == [320, 320]  # 0.8 x 416 = 332.8 -> 320
+    assert list(written.eval.img_size) == list(written.data.img_size) == [416, 416]
+
+
 def test_a_folder_is_owned_by_one_command_at_a_time(tmp_path):
     lock = RunLock(str(tmp_path), "train")
     try:
