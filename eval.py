@@ -39,9 +39,9 @@ def evaluate(run: Run) -> None:
         model.summary,
         model.num_classes,
         len(val),
-        list(cfg.eval.img_size),
+        list(model.img_size),
     )
-    dataset = build_eval_dataset(cfg.data, val, cfg.eval.img_size, int(cfg.eval.batch_size))
+    dataset = build_eval_dataset(cfg.data, val, model.img_size, model.batch_size)
     metrics, _ = evaluate_on_dataset(model.net, model.nms, dataset, val, run.dir, plots=True)
     log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], run.dir)
 

@@ -4,7 +4,7 @@
                                [train.multiscale_range=5] [train.batch_size=8]
                                [--sizes 160,320,480] [--steps 3] [--objects 5]
 
-Builds the training step as ``train.py`` does (batch at ``data.img_size``, resized in the
+Builds the training step as ``train.py`` does (batch at ``train.input_size``, resized in the
 graph by ``engine.multiscale``) and, for each size (default: every size of the schedule),
 compiles its graph explicitly (timed), then times ``--steps`` steps. Finally it returns to
 the first size and times one call, to show that a seen size is not compiled again. With
@@ -32,13 +32,12 @@ from msdet.engine.runtime.process import setup_runtime
 def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     import mindspore as ms
 
-    from msdet.data.pipeline import check_data_config
     from msdet.engine.training.multiscale import all_sizes
     from msdet.engine.training.optim import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
-    base = check_data_config(cfg.data)
+    base = (int(cfg.train.input_size[0]), int(cfg.train.input_size[1]))  # train.py's
     ms_range = int(cfg.train.multiscale_range)
     sizes = sizes or all_sizes(base, ms_range)
     batch = int(cfg.train.batch_size)

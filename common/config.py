@@ -14,18 +14,23 @@ type them. Around Hydra's composition this module decides, before any work start
 - paths and globs (``source``, ``ckpt``, ``data.root``, ...) are taken as typed, so
   ``source=photos/[ab]*.jpg`` needs no Hydra quoting;
 - ``data=path/to/dataset`` (a folder or a YOLO ``data.yaml``) is a dataset given by its
-  folder: :func:`dataset_folder`.
+  folder: :func:`dataset_folder`;
+- the input sizes, once (:func:`resolve_sizes`): ``eval.img_size`` (null: ``data.img_size``)
+  and the training input ``train.input_size`` (``data.img_size`` x ``train.img_scale``,
+  :func:`scaled_size`), which the trainer, the data pipeline, resume and the run's records
+  read as they are.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from msdet.common.schema import SCHEMA, ConfigError
+from msdet.common.schema import SCHEMA, SIZE_STRIDE, ConfigError
 
 # The repository (or installed package) root and its YAML config groups.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +40,12 @@ GROUPS = ("model", "data", "train", "runtime")
 # grammar would read the brackets of a glob as a list).
 VERBATIM = ("ckpt", "source", "data.root", "data.cache_dir", "run.dir", "run.name", "run.root",
             "train.resume", "train.pretrained", "export.out")  # fmt: skip
+# Keys load_config derives from others (:func:`resolve_sizes`): what each one is, for the
+# error a typed one gets and for --help.
+DERIVED = {
+    "train.input_size": "the training input, data.img_size x train.img_scale with each side "
+    f"rounded to a multiple of {SIZE_STRIDE}",
+}
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,7 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
     Raises :class:`ConfigError` naming the key (and the closest valid ones, or the command
     that takes it) for any override or value msdet cannot use. The result is an OmegaConf
     ``DictConfig`` in struct mode (reading a missing key is an error), with input sizes as
-    ``[h, w]``.
+    ``[h, w]`` and resolved (:func:`resolve_sizes`).
     """
     from omegaconf import OmegaConf, open_dict
 
@@ -137,6 +148,10 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
     for o in parsed:
         if o.key in GROUPS:
             continue
+        if o.key in DERIVED:
+            raise ConfigError(
+                f"{o.text}: {o.key} is not a setting but {DERIVED[o.key]}: set those instead"
+            )
         _check_key(o.key, known, sections, spec)
         if o.verbatim:
             verbatim.append(o)
@@ -147,8 +162,38 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
         for o in verbatim:
             OmegaConf.update(cfg, o.key, o.value, merge=False)
     validate(cfg, spec.sections)
+    resolve_sizes(cfg)
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def scaled_size(size: Sequence[int], scale: float) -> list[int]:
+    """``[h, w]`` of ``size`` times ``scale``, each side rounded to the nearest multiple of
+    the stride (half up, at least one stride): 0.8 of 320 is 256, of 416 is 320, 0.7 of 320
+    is 224. The one rule for a scaled input size."""
+    return [max(1, math.floor(int(v) * scale / SIZE_STRIDE + 0.5)) * SIZE_STRIDE for v in size]
+
+
+def resolve_sizes(cfg: Any) -> None:
+    """Settle the input sizes of a composed config in place, so that everything after it
+    reads them as they are: ``eval.img_size`` null becomes ``data.img_size``, and
+    ``train.input_size`` (:data:`DERIVED`) is ``data.img_size`` x ``train.img_scale``
+    (:func:`scaled_size`). A recipe may train smaller than it evaluates, as YOLOX's
+    ``input_size`` and ``test_size``. Each value is held to its schema entry first (a
+    section the command does not take was not validated)."""
+    from omegaconf import OmegaConf, open_dict
+
+    def checked(key: str) -> Any:
+        value = OmegaConf.select(cfg, key)
+        return SCHEMA[key].validate(key, list(value) if OmegaConf.is_list(value) else value)
+
+    data_size = checked("data.img_size")
+    scale = checked("train.img_scale")
+    eval_size = checked("eval.img_size")
+    with open_dict(cfg):
+        cfg.data.img_size = data_size
+        cfg.eval.img_size = data_size if eval_size is None else eval_size
+        cfg.train.input_size = scaled_size(data_size, scale)
 
 
 def parse_overrides(overrides: Iterable[str]) -> list[Override]:

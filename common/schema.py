@@ -20,6 +20,10 @@ class ConfigError(ValueError):
     """A configuration value or key that msdet cannot use; the message names the key."""
 
 
+# The detector's largest stride: every input side is a multiple of it.
+SIZE_STRIDE = 32
+
+
 @dataclass(frozen=True)
 class Spec:
     """The values a key takes. ``kind``: int, float, bool, str, size, floats, ints, strs or
@@ -127,13 +131,14 @@ def _choice(spec: Spec, value: Any) -> str:
 
 
 def _size(spec: Spec, value: Any) -> list[int]:
-    """An input size: one number (a square) or [h, w], positive multiples of 32."""
+    """An input size: one number (a square) or [h, w], positive multiples of
+    :data:`SIZE_STRIDE`. The one check of a size: everything after the config reads it."""
     values = list(value) if isinstance(value, (list, tuple)) else [value, value]
     if len(values) != 2:
         raise ValueError("two numbers")
     out = [_int(spec, v) for v in values]
-    if any(v < 32 or v % 32 for v in out):
-        raise ValueError("multiples of 32")
+    if any(v < SIZE_STRIDE or v % SIZE_STRIDE for v in out):
+        raise ValueError("multiples of the stride")
     return out
 
 
@@ -175,7 +180,7 @@ _WORDS = {
     "float": "a number",
     "bool": "true or false",
     "str": "text",
-    "size": "a size in pixels, one number or [h, w], multiples of 32",
+    "size": f"a size in pixels, one number or [h, w], multiples of {SIZE_STRIDE}",
     "floats": "a list of numbers",
     "ints": "a list of integers",
     "strs": "a list of names",
@@ -248,6 +253,7 @@ SCHEMA: dict[str, Spec] = {
     "train.epochs": INT_POSITIVE,
     "train.batch_size": INT_POSITIVE,
     "train.img_scale": Spec("float", above=0, high=4),
+    "train.input_size": Spec("size"),  # derived by load_config, never typed (config.DERIVED)
     "train.lr_per_img": Spec("float", above=0),
     "train.warmup_epochs": Spec("float", low=0),
     "train.warmup_lr": Spec("float", low=0),
@@ -301,7 +307,7 @@ SCHEMA: dict[str, Spec] = {
     "runtime.profile_steps": INT_COUNT,
     "runtime.check_finite": Spec("bool"),
     # eval, predict, export, the run folder, and the commands' inputs
-    "eval.img_size": Spec("size"),
+    "eval.img_size": Spec("size", null=True),  # null: data.img_size (config.resolve_sizes)
     "eval.batch_size": INT_POSITIVE,
     "eval.conf_thresh": Spec("float", low=0, high=1),
     "eval.nms_iou": Spec("float", above=0, high=1),

@@ -38,7 +38,6 @@ from msdet.common.config import load_config
 from msdet.common.host import available_cores
 from msdet.data.build import split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
-from msdet.data.config import input_size
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.labels_plot import plot_labels
 from msdet.data.summary import (
@@ -316,7 +315,7 @@ def check_dataset(
     first split's report (training refuses them).
     """
     paths = split_paths(data_cfg, tuple(splits))
-    img_size = input_size(data_cfg.img_size, "data.img_size")
+    img_size = (int(data_cfg.img_size[0]), int(data_cfg.img_size[1]))  # checked by the config
     order = sorted(splits, key=lambda s: s != "val")
     checks = {}
     for split in order:
@@ -430,8 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if total >= 1000 and (done % step == 0 or done == total):
             print(f"{split}: decoded {done}/{total} images", file=sys.stderr, flush=True)
 
+    img_size = (int(cfg.data.img_size[0]), int(cfg.data.img_size[1]))
     try:
-        img_size = input_size(cfg.data.img_size, "data.img_size")
         checks = check_dataset(cfg.data, args.splits, args.workers, progress)
     except (OSError, ValueError) as err:
         print(f"data.check: error: {err}", file=sys.stderr)

@@ -24,7 +24,7 @@ import numpy as np
 
 from msdet.data.buckets import TrimToBucket
 from msdet.data.coco import CocoSource
-from msdet.data.config import input_size, resolve_num_workers
+from msdet.data.config import resolve_num_workers
 from msdet.data.image_io import ImageReadError
 from msdet.data.transforms import (
     PAD_VALUE,
@@ -389,22 +389,13 @@ def _to_chw(img: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32)
 
 
-def check_data_config(
-    data_cfg: Any, img_size: Any = None, key: str = "eval.img_size"
-) -> tuple[int, int]:
-    """Validate ``data.layout`` and the input size; return the size ``(h, w)``.
-
-    The size is ``data.img_size``, or ``img_size`` (the setting named ``key``) when given:
-    one number for a square or ``[h, w]``, multiples of 32.
-    """
+def _check_layout(data_cfg: Any) -> None:
+    """``data.layout``: the one YOLOX feeds, or an error naming it."""
     if data_cfg.layout not in LAYOUTS:
         raise ValueError(
             f"data.layout={data_cfg.layout!r} is not supported; msdet feeds YOLOX's "
             f"layout {LAYOUTS[0]!r} (BGR, 0-255, CHW)"
         )
-    if img_size is None:
-        return input_size(data_cfg.img_size, "data.img_size")
-    return input_size(img_size, key)
 
 
 def build_train_dataset(
@@ -421,7 +412,8 @@ def build_train_dataset(
     img_size: Sequence[int] | None = None,
 ) -> ds.Dataset:
     """The training dataset: batches of ``("images", "targets", "mask")`` at ``img_size``
-    (``(h, w)``, the training size; None: ``data.img_size``).
+    (``(h, w)``: the training run's ``train.input_size``; None: ``data.img_size``). Sizes
+    come checked from the config (``msdet.common.config``).
 
     images uint8 [B, H, W, 3] (BGR 0-255), targets float32 [B, max_objects, 5]
     (class, cx, cy, w, h in input pixels, zero rows for padding), mask float32
@@ -432,7 +424,9 @@ def build_train_dataset(
     ``buckets`` (:func:`data.buckets.target_buckets`) each batch's targets and mask keep
     only the rows of its bucket (:class:`data.buckets.TrimToBucket`).
     """
-    img_size = check_data_config(data_cfg, img_size, "the training size")
+    _check_layout(data_cfg)
+    if img_size is None:
+        img_size = data_cfg.img_size
     sampler = EpochSampler(len(source), seed, start_epoch, rank, world_size, shuffle=True)
     if len(sampler) < batch_size:
         raise ValueError(
@@ -483,17 +477,18 @@ def build_eval_dataset(
     rank: int = 0,
     world_size: int = 1,
 ) -> ds.Dataset:
-    """The evaluation dataset: batches of ``("images", "index", "scale")``.
+    """The evaluation dataset: batches of ``("images", "index", "scale")`` at ``img_size``
+    (``(h, w)``, as checked by the config: ``eval.img_size``, or an exported file's input).
 
     images float32 [B, 3, H, W] letterboxed (top-left, pad 114), index int32 [B] (source
     position; -1 for padding, :func:`unreadable_index` for unreadable images), scale float32 [B] (letterbox ratio:
     divide predicted boxes by it). With ``world_size > 1`` each rank gets a disjoint share.
     """
-    size = check_data_config(data_cfg, img_size)
+    _check_layout(data_cfg)
     positions = eval_positions(len(source), batch_size, rank, world_size)
     warn_size_mismatches(source)
     dataset = ds.GeneratorDataset(
-        EvalSamples(source, size, positions),
+        EvalSamples(source, img_size, positions),
         column_names=list(EVAL_COLUMNS),
         shuffle=False,
         num_parallel_workers=resolve_num_workers(data_cfg.num_workers, world_size),

@@ -6,7 +6,8 @@ samples with their boxes, to check the data pipeline by eye:
 
 Trailing arguments are overrides of ``configs/config.yaml``. The samples are exactly what
 training sees in ``--epoch`` (mosaic and mixup are off in the last
-``train.no_aug_epochs + 1`` epochs, as YOLOX), before conversion to float CHW.
+``train.no_aug_epochs + 1`` epochs, as YOLOX), at its input size (``train.input_size``:
+``data.img_size`` x ``train.img_scale``), before conversion to float CHW.
 """
 
 from __future__ import annotations
@@ -187,14 +188,13 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     args = parser.parse_args(argv)
     # Here, not at the top: data.pipeline loads MindSpore, and draw_boxes must stay
     # importable without it (engine.plots draws evaluation pictures before it loads).
-    from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, check_data_config
+    from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples
 
     cfg = load_config("tool", list(args.overrides))
-    img_size = check_data_config(cfg.data)
     train, _ = build_sources(cfg.data)
     samples = TrainSamples(
         train,
-        img_size,
+        cfg.train.input_size,
         int(cfg.data.max_objects),
         AugmentParams.from_config(cfg.data.aug),
         int(cfg.runtime.seed),

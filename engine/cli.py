@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msdet.common import logs
-from msdet.common.config import COMMANDS, CONFIG_DIR, GROUPS, flatten, group_options, load_config
+from msdet.common.config import (
+    COMMANDS,
+    CONFIG_DIR,
+    DERIVED,
+    GROUPS,
+    flatten,
+    group_options,
+    load_config,
+)
 from msdet.common.runs import RunFolder, claim_run_folder
 from msdet.common.schema import ConfigError
 
@@ -123,20 +131,6 @@ def typed_overrides(argv: Sequence[str]) -> dict[str, str]:
     return typed
 
 
-def apply_described_size(cfg: Any, description: Any, typed: dict[str, str]) -> None:
-    """``eval.img_size`` from a checkpoint's description unless the command line set it."""
-    from omegaconf import open_dict
-
-    from msdet.common.schema import SCHEMA
-
-    if description is None or not description.input_size or "eval.img_size" in typed:
-        return
-    with open_dict(cfg):
-        cfg.eval.img_size = SCHEMA["eval.img_size"].validate(
-            "eval.img_size", list(description.input_size)
-        )
-
-
 def _record(run: Run, argv: Sequence[str]) -> None:
     """The log file and ``config.yaml`` (the composed config, resolved) of an accepted run."""
     from omegaconf import OmegaConf
@@ -187,11 +181,15 @@ def help_text(command: str) -> str:
     values = flatten(OmegaConf.to_container(cfg, resolve=False))
     for section in spec.sections:  # in the command's order: what it is about comes first
         for key, value in values.items():
-            if key.split(".")[0] != section:
+            if key.split(".")[0] != section or key in DERIVED:
                 continue
             comment = comments.get(key, "")
             shown = "null" if value is None else value
             lines.append(f"  {key}={shown}" + (f"   # {comment}" if comment else ""))
+    derived = [k for k in DERIVED if k.split(".")[0] in spec.sections]
+    if derived:
+        lines += ["", "derived from the settings (not typed):"]
+        lines += [f"  {key}={values[key]}   # {DERIVED[key]}" for key in derived]
     return "\n".join(lines)
 
 

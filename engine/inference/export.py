@@ -25,6 +25,7 @@ from msdet.engine.inference.exported import (
     OUTPUTS_WITH_NMS,
     OUTPUTS_WITHOUT_NMS,
     ExportInfo,
+    inference_size,
     weights_format,
 )
 from msdet.engine.inference.onnx_graph import OnnxEditError, label_onnx_model
@@ -238,7 +239,6 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
     :class:`ExportError` when the file cannot be written or computes something else."""
     from omegaconf import OmegaConf
 
-    from msdet.engine.cli import apply_described_size
     from msdet.engine.inference.export_check import compare_on_val
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.models.weights import load_described_detector
@@ -250,11 +250,11 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
             "export.py exports a checkpoint (.ckpt)"
         )
     detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
-    apply_described_size(cfg, description, typed)
+    described = description.input_size if description else None
+    h, w = inference_size(cfg, typed, described=described, path=cfg.ckpt)
     model_name = description.model["name"] if description else str(cfg.model.name)
     with_nms = bool(cfg.export.with_nms)
     net = InferenceNet(detector, build_nms(cfg.eval, detector.num_classes) if with_nms else None)
-    h, w = (int(v) for v in cfg.eval.img_size)
     batch = int(cfg.export.batch_size)
     ckpt_stem = os.path.splitext(os.path.basename(cfg.ckpt))[0]
     name = f"{ckpt_stem}_{model_name}_{h}x{w}_b{batch}" + ("_nms" if with_nms else "")

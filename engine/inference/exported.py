@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -221,31 +222,43 @@ def exported_nms(
     return ExportedNMS(max(threshold, inside))
 
 
-def apply_export_input(cfg: Any, info: ExportInfo, path: str, typed: dict[str, str]) -> None:
-    """``eval.img_size`` and ``eval.batch_size`` from the file's input shape (static); a
-    different size typed on the command line is an error naming both."""
-    from omegaconf import open_dict
-
+def inference_size(
+    cfg: Any,
+    typed: dict[str, str],
+    described: Sequence[int] | None = None,
+    fixed: Sequence[int] | None = None,
+    path: str = "",
+) -> tuple[int, int]:
+    """The input ``(h, w)`` a loaded model runs at, decided here alone (the config is not
+    written back). ``fixed``: an exported file's static input, the only size it takes (a
+    different ``eval.img_size`` typed on the command line is an error naming both);
+    otherwise a typed ``eval.img_size``, then ``described`` (the size a checkpoint's
+    description gives: its mAP was measured there), then ``eval.img_size`` as the config
+    resolved it (null: ``data.img_size``). ``path`` names the model in errors."""
     from msdet.common.schema import SCHEMA
 
-    if "eval.img_size" in typed:
-        asked = SCHEMA["eval.img_size"].validate("eval.img_size", list(cfg.eval.img_size))
-        if list(asked) != info.img_size:
+    size = [int(v) for v in cfg.eval.img_size]
+    if fixed is not None:
+        fixed = [int(v) for v in fixed]
+        if "eval.img_size" in typed and size != fixed:
             raise ExportedModelError(
-                f"{path} takes {info.img_size[0]}x{info.img_size[1]} images only "
+                f"{path} takes {fixed[0]}x{fixed[1]} images only "
                 f"(eval.img_size={typed['eval.img_size']}): leave eval.img_size out or "
                 "export again at that size"
             )
-    with open_dict(cfg):
-        cfg.eval.img_size = list(info.img_size)
-        cfg.eval.batch_size = info.batch_size
+        size = fixed
+    elif described and "eval.img_size" not in typed:
+        size = SCHEMA["eval.img_size"].validate(f"{path}: its described input size", described)
+    return size[0], size[1]
 
 
 @dataclass
 class InferenceModel:
     """What eval.py and predict.py run, from a checkpoint or an exported file: ``net``
     (images -> outputs), ``nms`` (outputs -> ``(dets, counts)``), the class count, names
-    and category ids (None: not described), and ``summary`` for the log line."""
+    and category ids (None: not described), ``summary`` for the log line, and the input
+    to feed it: ``img_size`` ``(h, w)`` (:func:`inference_size`) and ``batch_size`` (an
+    exported file's own, else ``eval.batch_size``)."""
 
     net: Any
     nms: Any
@@ -253,6 +266,8 @@ class InferenceModel:
     class_names: list[str] | None
     category_ids: list[int] | None
     summary: str
+    img_size: tuple[int, int]
+    batch_size: int
 
 
 def load_inference_model(
@@ -263,12 +278,12 @@ def load_inference_model(
     conf_thresh: float | None = None,
 ) -> InferenceModel:
     """The network named by ``cfg.ckpt`` with its NMS: a checkpoint built from its
-    description (``eval.img_size`` from it), or an exported MINDIR/ONNX file run as it is
-    (``eval.img_size`` and ``eval.batch_size`` from its input shape, NMS from the file when
-    it has NMS inside). ``rt``: the process's Runtime (None: NMS on the device, no CPU
+    description (its input size unless ``eval.img_size`` is typed), or an exported
+    MINDIR/ONNX file run as it is (input size and batch from its input shape, NMS from the
+    file when it has NMS inside); :func:`inference_size` decides the size, which the result
+    carries. ``rt``: the process's Runtime (None: NMS on the device, no CPU
     kernels); ``num_classes``: the data's class count, which the model must have;
     ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py's ``predict.conf``)."""
-    from msdet.engine.cli import apply_described_size
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
 
@@ -295,7 +310,7 @@ def load_inference_model(
                 "wrote (.mindir, .onnx); a PyTorch .pth converts with "
                 "python -m msdet.models.convert_pytorch"
             ) from err
-        apply_described_size(cfg, description, typed)
+        described = description.input_size if description else None
         name = description.model["name"] + " " if description else ""
         return InferenceModel(
             net=InferenceNet(detector),
@@ -304,6 +319,8 @@ def load_inference_model(
             class_names=description.class_names if description else None,
             category_ids=description.category_ids if description else None,
             summary=f"{name}{'EMA' if used_ema else 'raw'} weights",
+            img_size=inference_size(cfg, typed, described=described, path=cfg.ckpt),
+            batch_size=int(cfg.eval.batch_size),
         )
     model = ExportedModel(cfg.ckpt)
     info = model.info
@@ -311,7 +328,7 @@ def load_inference_model(
         raise ExportedModelError(
             f"{cfg.ckpt} predicts {info.num_classes} classes, the data has {num_classes}"
         )
-    apply_export_input(cfg, info, cfg.ckpt, typed)
+    img_size = inference_size(cfg, typed, fixed=info.img_size, path=cfg.ckpt)
     nms = exported_nms(info, cfg.ckpt, cfg.eval, typed, conf_thresh)
     if nms is None:
         nms = build_nms(cfg.eval, info.num_classes, **nms_args)
@@ -326,4 +343,6 @@ def load_inference_model(
             f"{'EMA' if info.ema_weights else 'raw'} weights, "
             f"{'NMS inside' if info.with_nms else 'NMS here'}), input {info.input_shape}"
         ),
+        img_size=img_size,
+        batch_size=info.batch_size,
     )

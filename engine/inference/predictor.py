@@ -114,7 +114,7 @@ class Predictor:
                 typed["eval.conf_thresh"],
             )
         model = load_inference_model(cfg, typed, rt, conf_thresh=self.conf)
-        self.img_size = tuple(int(v) for v in cfg.eval.img_size)
+        self.img_size = model.img_size
         self.num_classes = model.num_classes
         self.net, self.nms = model.net, model.nms
         if model.class_names is not None:

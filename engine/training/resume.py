@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from msdet.common.config import flatten
+from msdet.common.config import flatten, scaled_size
 from msdet.engine.training.checkpoint_files import LAST, epoch_files, resume_candidates
 from msdet.models.description import Description, read_description
 from msdet.models.weights import CheckpointError, read_checkpoint
@@ -33,8 +33,10 @@ log = logging.getLogger("train")
 # Settings that say where and how this invocation runs, not what the run is: never reported.
 NOT_COMPARED = ("run.", "train.resume", "train.overwrite", "train.stop_at_epoch",
                 "data.cache_dir", "data.root")  # fmt: skip
-# The input size policy: another one trains another model (other graphs, other anchors' scale).
-SIZE_KEYS = ("data.img_size", "train.img_scale", "train.multiscale_range")
+# The training input as load_config resolved it, and its multi-scale range: another one
+# trains another model (other graphs, other anchors' scale). The evaluation size may change.
+SIZE_KEYS = ("train.input_size", "train.multiscale_range")
+_SET_BY = {"train.input_size": "data.img_size x train.img_scale"}  # what a user types to move it
 
 
 class ResumeMismatchError(CheckpointError):
@@ -130,11 +132,12 @@ def check_resume_fits(
         )
         return []
     mismatches = _model_mismatches(description, cfg, class_names)
-    was = flatten(description.config or {})
+    was = _described_config(description)
     now = flatten(OmegaConf.to_container(cfg, resolve=True))
     for key in SIZE_KEYS:
         if key in was and _norm(was[key]) != _norm(now.get(key)):
-            mismatches.append(f"{key}: checkpoint {was[key]}, config {now.get(key)}")
+            what = f" ({_SET_BY[key]})" if key in _SET_BY else ""
+            mismatches.append(f"{key}{what}: checkpoint {was[key]}, config {now.get(key)}")
     if mismatches:
         raise ResumeMismatchError(
             f"train.resume: {source.path} is another model than this config asks for: "
@@ -151,6 +154,16 @@ def check_resume_fits(
     for key, old, new in changes:
         log.info("resume: %s changed from %s to %s", key, old, new)
     return changes
+
+
+def _described_config(description: Description) -> dict[str, Any]:
+    """The checkpoint's config, flattened, with ``train.input_size``: a description written
+    by msdet 0.2.0 holds only what it derives from, resolved here by the same rule."""
+    was = flatten(description.config or {})
+    if "train.input_size" not in was and "data.img_size" in was:
+        scale = float(was.get("train.img_scale", 1.0))
+        was["train.input_size"] = scaled_size(was["data.img_size"], scale)
+    return was
 
 
 def _model_mismatches(description: Description, cfg: Any, class_names: Sequence[str]) -> list[str]:

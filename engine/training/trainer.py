@@ -21,8 +21,7 @@ from omegaconf import OmegaConf
 
 from msdet.data.buckets import check_graph_count, target_buckets
 from msdet.data.build import build_sources
-from msdet.data.config import scaled_size
-from msdet.data.pipeline import build_train_dataset, check_data_config
+from msdet.data.pipeline import build_train_dataset
 from msdet.data.summary import summarise_annotations
 from msdet.engine.evaluation.coco import METRICS_FILE
 from msdet.engine.runtime.amp import apply_amp
@@ -79,7 +78,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     evaluation, from the best checkpoint). Only rank 0 writes them.
     """
     tcfg = cfg.train
-    img_size = training_size(cfg)
+    # The training input as load_config resolved it (data.img_size x train.img_scale);
+    # evaluation runs at eval.img_size.
+    img_size = (int(tcfg.input_size[0]), int(tcfg.input_size[1]))
     train_src, val_src = _load_data(cfg, rt, img_size)
     num_classes = train_src.num_classes
 
@@ -166,7 +167,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         meta=_checkpoint_meta(cfg, train_src, freeze_level),
         buckets=buckets,
     )
-    _log_plan(cfg, rt, plan, img_size)
+    _log_plan(cfg, rt, plan)
     if start_epoch >= plan.epochs:
         return _finished_run(rt, evaluation, plan.epochs)
 
@@ -266,13 +267,15 @@ def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
     return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
 
 
-def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, img_size: tuple[int, int]) -> None:
-    evaluated = tuple(int(v) for v in cfg.eval.img_size)
+def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
+    """The run's header: model, training and evaluation sizes, schedule, device."""
+    trained = [int(v) for v in cfg.train.input_size]
+    evaluated = [int(v) for v in cfg.eval.img_size]
     log.info(
         "training %s at %dx%d%s: %d epochs x %d steps, batch %d x %d ranks%s, lr %.4g",
         cfg.model.name,
-        *img_size,
-        "" if evaluated == img_size else f" (evaluated at {evaluated[0]}x{evaluated[1]})",
+        *trained,
+        "" if evaluated == trained else f" (evaluated at {evaluated[0]}x{evaluated[1]})",
         plan.epochs,
         plan.steps_per_epoch,
         plan.batch,
@@ -296,13 +299,6 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, img_size: tuple[int, int]) 
             "the host instead (same results; LossMonitor/TimeMonitor count real steps)",
             rt.device,
         )
-
-
-def training_size(cfg: Any) -> tuple[int, int]:
-    """The training input ``(h, w)``: ``data.img_size`` x ``train.img_scale`` (a recipe may
-    train smaller than it evaluates, as YOLOX's ``input_size`` and ``test_size``), each side
-    rounded to a multiple of 32. Evaluation runs at ``eval.img_size``."""
-    return scaled_size(check_data_config(cfg.data), float(cfg.train.img_scale))
 
 
 def check_class_count(model_cfg: Any, source: Any) -> int:

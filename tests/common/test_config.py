@@ -3,11 +3,13 @@ key or value msdet cannot use is an error naming it, before any work."""
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
-from msdet.common.config import COMMANDS, load_config, parse_overrides, suggestion
+from msdet.common.config import COMMANDS, load_config, parse_overrides, scaled_size, suggestion
 from msdet.common.schema import ConfigError
 from tests.support import ROOT
 
@@ -159,3 +161,83 @@ def test_suggestions_come_from_the_whole_key_or_its_last_part():
 def test_every_entry_point_takes_the_run_folder_and_the_runtime():
     for name in ("train", "eval", "predict", "export"):
         assert {"run", "runtime"} <= set(COMMANDS[name].sections)
+
+
+def sizes(cfg) -> tuple[list[int], list[int], list[int]]:
+    """(data.img_size, train.input_size, eval.img_size) as plain lists."""
+    return list(cfg.data.img_size), list(cfg.train.input_size), list(cfg.eval.img_size)
+
+
+def test_the_sizes_are_resolved_once_at_load():
+    """train.input_size = data.img_size x train.img_scale (sides rounded to multiples of
+    32), eval.img_size null -> data.img_size: the default recipe trains at 256 and
+    evaluates at 320; a typed data.img_size moves both."""
+    assert sizes(load_config("train")) == ([320, 320], [256, 256], [320, 320])
+    assert sizes(load_config("train", ["train=parity"])) == ([320, 320], [320, 320], [320, 320])
+    assert sizes(load_config("train", ["train=yolox"])) == ([320, 320], [320, 320], [320, 320])
+    bigger = load_config("train", ["data.img_size=416"])
+    assert sizes(bigger) == ([416, 416], [320, 320], [416, 416])  # 332.8 -> 320
+    assert sizes(load_config("train", ["data.img_size=[416,640]"]))[1:] == ([320, 512], [416, 640])
+    assert sizes(load_config("train", ["train.img_scale=0.7"]))[1] == [224, 224]  # 224.0
+    assert sizes(load_config("train", ["train.img_scale=0.85"]))[1] == [288, 288]  # 272 -> 8.5
+    assert sizes(load_config("train", ["train.img_scale=0.05"]))[1] == [32, 32]  # one stride
+    typed = load_config("train", ["eval.img_size=[288,352]", "train.img_scale=1.5"])
+    assert sizes(typed) == ([320, 320], [480, 480], [288, 352])
+    assert sizes(load_config("eval", ["eval.img_size=null", "data.img_size=256"]))[2] == [256, 256]
+    assert sizes(load_config("predict", ["eval.img_size=416"]))[2] == [416, 416]
+    coco = load_config("train", ["data=coco", "train=yolox"])
+    assert sizes(coco) == ([640, 640], [640, 640], [640, 640])
+
+
+def test_the_scaled_size_rounds_each_side_to_the_nearest_stride():
+    assert scaled_size([320, 320], 0.8) == [256, 256]
+    assert scaled_size([64, 128], 0.8) == [64, 96]  # 51.2 -> 64, 102.4 -> 96
+    assert scaled_size([320, 416], 0.7) == [224, 288]  # 224, 291.2 -> 288
+    assert scaled_size([64, 64], 0.2) == [32, 32]  # never below one stride
+    assert scaled_size([320, 320], 1.5) == [480, 480]
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["train.img_scale=0"], "train.img_scale must be a number > 0 and <= 4, got 0"),
+        (["train.img_scale=5"], "train.img_scale must be a number > 0 and <= 4, got 5"),
+        (["train.img_scale=big"], "train.img_scale must be a number"),
+        (["data.img_size=300"], "data.img_size must be a size in pixels"),
+        (["data.img_size=[320]"], "data.img_size must be a size in pixels"),
+        (["eval.img_size=[320,100]"], "eval.img_size must be a size in pixels"),
+        (["train.input_size=256"], "train.input_size is not a setting but the training input"),
+        (["+train.input_size=[256,256]"], "data.img_size x train.img_scale"),
+    ],
+)
+def test_a_bad_size_or_scale_names_its_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("train", overrides)
+    assert message in str(err.value)
+
+
+# The modules that may read train.img_scale: the resolver, the schema that checks it, and
+# resume, which resolves an older checkpoint's config with the resolver's own function.
+READS_THE_SCALE = {"common/config.py", "common/schema.py", "engine/training/resume.py"}
+SIZE_FUNCTIONS = ("scaled_size", "training_size", "input_size")
+
+
+def test_only_the_resolver_computes_the_training_size():
+    """A supplement to the value tests above: outside READS_THE_SCALE no module's code reads
+    img_scale (as an attribute or the key "train.img_scale"), and one module defines a
+    function that makes a size."""
+    root = Path(ROOT)
+    readers, definitions = set(), set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("tests/", ".")) or "/." in rel:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "img_scale":
+                readers.add(rel)
+            if isinstance(node, ast.Constant) and node.value == "train.img_scale":
+                readers.add(rel)
+            if isinstance(node, ast.FunctionDef) and node.name.endswith(SIZE_FUNCTIONS):
+                definitions.add(rel)
+    assert readers and readers <= READS_THE_SCALE, sorted(readers - READS_THE_SCALE)
+    assert definitions == {"common/config.py"}

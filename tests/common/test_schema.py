@@ -33,7 +33,12 @@ def test_every_yaml_key_has_a_spec_and_every_spec_a_key():
         (Spec("int", low=1), [(1, 1), (300, 300)], [0, -1, 2.5, 2.0, "3", True, None]),
         (Spec("float", low=0, high=1), [(0.5, 0.5), (1, 1.0)], [1.5, -0.1, "x", float("nan")]),
         (Spec("bool"), [(True, True)], [1, "true", None]),
-        (Spec("size"), [(320, [320, 320]), ([416, 640], [416, 640])], [250, [320], [0, 32], 31]),
+        (
+            Spec("size"),
+            [(320, [320, 320]), ([416, 640], [416, 640]), ((64, 96), [64, 96])],
+            [250, [320], [0, 32], 31, [320, 300], [320] * 3, -32, "320", 320.0, 320.5, None],
+        ),
+        (Spec("size", null=True), [(None, None), (32, [32, 32])], [16, "big"]),
         (Spec("choice", choices=("a", "b")), [("a", "a")], ["c", 1]),
         (Spec("int", low=1, also=("auto",)), [("auto", "auto"), (4, 4)], ["many", 0]),
         (Spec("float", null=True, above=0), [(None, None), (0.5, 0.5)], [0, -1]),

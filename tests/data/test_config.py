@@ -1,37 +1,13 @@
-"""Data settings as users type them: sizes as one number or [h, w], workers auto or clamped."""
+"""Data settings as users type them: workers auto or clamped. (Sizes: tests/common.)"""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from omegaconf import OmegaConf
 
 from msdet.common.host import LOCAL_RANKS_VAR, available_cores, ranks_on_this_host
-from msdet.data.config import input_size, resolve_num_workers
-
-
-@pytest.mark.parametrize(
-    "value,expected",
-    [
-        (256, (256, 256)),
-        ("320", (320, 320)),
-        ([320, 416], (320, 416)),
-        ((64, 96), (64, 96)),
-        (OmegaConf.create({"s": [128, 160]}).s, (128, 160)),
-        (320.0, (320, 320)),
-    ],
-)
-def test_sizes_accept_a_number_or_a_pair(value, expected):
-    assert input_size(value, "eval.img_size") == expected
-
-
-@pytest.mark.parametrize(
-    "value", [250, [320, 300], [320], [320, 320, 320], 0, -32, "big", None, 320.5]
-)
-def test_bad_sizes_name_the_key(value):
-    with pytest.raises(ValueError, match=r"eval\.img_size"):
-        input_size(value, "eval.img_size")
+from msdet.data.config import resolve_num_workers
 
 
 def test_auto_workers_take_half_the_cores_of_a_rank(monkeypatch):

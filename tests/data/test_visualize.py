@@ -133,10 +133,10 @@ def test_text_contrasts_with_its_background():
 def test_command_writes_the_requested_samples(tmp_path):
     paths = main(
         ["--num", "3", "--out", str(tmp_path / "vis"), f"data.cache_dir={tmp_path}",
-         "data.num_train=8", "data.num_val=2", "data.img_size=[96,128]"]
+         "data.num_train=8", "data.num_val=2", "data.img_size=[96,128]", "train.img_scale=1.5"]
     )  # fmt: skip
     assert len(paths) == 3
     for path in paths:
         img = cv2.imread(path)
-        assert img.shape == (96, 128, 3)
+        assert img.shape == (160, 192, 3)  # the training input: 1.5 x [96, 128]
         assert img.std() > 10  # a real picture, not a blank canvas

@@ -89,7 +89,10 @@ def test_resume_with_other_classes_or_size_is_refused_naming_both(finished, tmp_
         "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "data.img_size=[160,160]"
     )
     assert out.returncode == 1
-    assert "data.img_size: checkpoint [128, 128], config [160, 160]" in output(out)
+    assert (
+        "train.input_size (data.img_size x train.img_scale): checkpoint [128, 128], config "
+        "[160, 160]" in output(out)
+    )
     assert sorted(os.listdir(run_dir / "checkpoints")) == listing
 
 

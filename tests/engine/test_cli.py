@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from msdet.common.runs import LOCK_FILE, RunFolderBusyError, RunLock, claim_run_folder
-from msdet.engine.cli import run_command, typed_overrides, user_errors
+from msdet.engine.cli import help_text, run_command, typed_overrides, user_errors
 from tests.support import ROOT
 
 
@@ -133,6 +133,16 @@ def test_a_refused_folder_keeps_its_record(tmp_path):
     assert (folder / "result.txt").exists()
 
 
+def test_the_run_folders_config_shows_the_resolved_sizes(tmp_path):
+    """config.yaml is written from the loaded config: the sizes the run used."""
+    from omegaconf import OmegaConf
+
+    seen = claim(tmp_path, "run.name=sized", "data.img_size=416", command="train")
+    written = OmegaConf.load(os.path.join(seen["dir"], "config.yaml"))
+    assert list(written.train.input_size) == [320, 320]  # 0.8 x 416 = 332.8 -> 320
+    assert list(written.eval.img_size) == list(written.data.img_size) == [416, 416]
+
+
 def test_a_folder_is_owned_by_one_command_at_a_time(tmp_path):
     lock = RunLock(str(tmp_path), "train")
     try:
@@ -187,6 +197,13 @@ def test_typed_overrides_keep_what_was_typed():
         "model": "yolox_s",
         "eval.img_size": "416",
     }
+
+
+def test_help_shows_the_derived_training_size_apart_from_the_settings():
+    settings, derived = help_text("train").split("derived from the settings (not typed):\n")
+    assert "  eval.img_size=[320, 320]" in settings and "  train.input_size" not in settings
+    assert derived.startswith("  train.input_size=[256, 256]   # the training input")
+    assert "derived" not in help_text("eval")  # eval.py takes no train section
 
 
 def test_user_errors_exit_with_one_line(caplog):

@@ -17,8 +17,8 @@ from msdet.engine.inference.exported import (
     ExportedModelError,
     ExportedNMS,
     ExportInfo,
-    apply_export_input,
     exported_nms,
+    inference_size,
     read_export_info,
     weights_format,
 )
@@ -103,14 +103,30 @@ def test_run_time_nms_settings_cannot_change_the_files_and_say_so(caplog):
 
 
 def test_the_input_size_is_the_files():
+    """An exported file runs at its own input: a typed eval.img_size may repeat it, not
+    change it; the config is left as loaded."""
     cfg = OmegaConf.create({"eval": {"img_size": [640, 640], "batch_size": 8}})
-    shaped = info(input_shape=[1, 3, 320, 416])
-    apply_export_input(cfg, shaped, "m.onnx", {})
-    assert list(cfg.eval.img_size) == [320, 416] and cfg.eval.batch_size == 1
-    cfg.eval.img_size = [640, 640]
-    with pytest.raises(ExportedModelError, match="takes 320x416 images only"):
-        apply_export_input(cfg, shaped, "m.onnx", {"eval.img_size": "640"})
-    assert json.loads(shaped.to_json())["input_shape"] == [1, 3, 320, 416]
+    fixed = info(input_shape=[1, 3, 320, 416]).img_size
+    assert inference_size(cfg, {}, fixed=fixed, path="m.onnx") == (320, 416)
+    assert list(cfg.eval.img_size) == [640, 640] and cfg.eval.batch_size == 8
+    with pytest.raises(ExportedModelError, match="m.onnx takes 320x416 images only"):
+        inference_size(cfg, {"eval.img_size": "640"}, fixed=fixed, path="m.onnx")
+    cfg.eval.img_size = [320, 416]
+    typed = {"eval.img_size": "[320,416]"}
+    assert inference_size(cfg, typed, fixed=fixed, path="m.onnx") == (320, 416)
+    # A described size cannot move a file's input either.
+    assert inference_size(cfg, {}, described=[64, 64], fixed=fixed) == (320, 416)
+
+
+def test_a_checkpoint_runs_at_its_described_size_unless_one_is_typed():
+    cfg = OmegaConf.create({"eval": {"img_size": [320, 320]}})
+    assert inference_size(cfg, {}, described=[256, 288], path="best.ckpt") == (256, 288)
+    assert inference_size(cfg, {"eval.img_size": "320"}, described=[256, 288]) == (320, 320)
+    assert inference_size(cfg, {"data.img_size": "416"}, described=[256, 288]) == (256, 288)
+    assert inference_size(cfg, {}, described=None) == (320, 320)  # not described: the config's
+    assert list(cfg.eval.img_size) == [320, 320]
+    with pytest.raises(ValueError, match="best.ckpt: its described input size must be a size"):
+        inference_size(cfg, {}, described=[100, 100], path="best.ckpt")
 
 
 def varied_nano(path, size: int = 64) -> None:

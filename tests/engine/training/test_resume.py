@@ -108,8 +108,28 @@ def test_resume_refuses_another_model_naming_both_values():
         check_resume_fits(saved, bigger, SHAPES)
     text = str(err.value)
     assert "model: checkpoint yolox_nano, config yolox_s" in text
-    assert "data.img_size: checkpoint [320, 320], config [416, 416]" in text
+    assert (
+        "train.input_size (data.img_size x train.img_scale): checkpoint [256, 256], config "
+        "[320, 320]" in text
+    )
     assert "train.pretrained=PATH" in text
+
+
+@pytest.mark.slow
+def test_resume_compares_the_training_size_not_the_evaluation_size(caplog):
+    """What the weights were trained at decides: another data.img_size with the same
+    training input resumes (logged), and a description without train.input_size has it
+    resolved from its data.img_size and train.img_scale."""
+    saved = description_of(load_config("train", []))  # 256 of 320
+    same = load_config("train", ["data.img_size=288", "train.img_scale=0.9"])  # 259.2 -> 256
+    with caplog.at_level(logging.INFO, logger="train"):
+        changes = check_resume_fits(saved, same, SHAPES)
+    assert ("data.img_size", [320, 320], [288, 288]) in changes
+    assert "resume: data.img_size changed from [320, 320] to [288, 288]" in caplog.text
+    del saved.description.config["train"]["input_size"]
+    with pytest.raises(ResumeMismatchError, match=r"checkpoint \[256, 256\], config \[320, 320\]"):
+        check_resume_fits(saved, load_config("train", ["train.img_scale=1"]), SHAPES)
+    assert check_resume_fits(saved, same, SHAPES)  # the resolved 256 fits
 
 
 @pytest.mark.slow

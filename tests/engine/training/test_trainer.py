@@ -71,26 +71,29 @@ def test_target_buckets_are_checked_against_the_run():
     assert not _compile_all_first(cpu, (32, 64, 120))
 
 
-def test_the_training_size_is_the_datas_times_the_recipes_scale():
-    """data.img_size x train.img_scale, each side rounded to a multiple of 32: the default
-    recipe trains at 256 and evaluates at 320; a typed data.img_size moves both."""
-    from msdet.common.config import ConfigError, load_config
-    from msdet.data.config import scaled_size
-    from msdet.engine.training.trainer import training_size
+@pytest.mark.parametrize(
+    "overrides,header",
+    [
+        ([], "training yolox_nano at 256x256 (evaluated at 320x320): "),
+        (["train=parity"], "training yolox_nano at 320x320: "),
+        (["data.img_size=416"], "training yolox_nano at 320x320 (evaluated at 416x416): "),
+        (["eval.img_size=[288,352]"], "training yolox_nano at 256x256 (evaluated at 288x352): "),
+    ],
+)
+def test_the_run_header_shows_the_resolved_sizes(overrides, header, caplog):
+    """The header reads the sizes load_config resolved: train.input_size, eval.img_size."""
+    import logging
 
-    default = load_config("train")
-    assert training_size(default) == (256, 256)  # the shapes recipe's 0.8
-    assert list(default.eval.img_size) == [320, 320]  # evaluated at the data's size
-    assert training_size(load_config("train", ["train=yolox"])) == (320, 320)
-    assert training_size(load_config("train", ["train=parity"])) == (320, 320)  # the original's
-    assert training_size(load_config("train", ["train.img_scale=1"])) == (320, 320)
-    bigger = load_config("train", ["data.img_size=[416,640]"])
-    assert training_size(bigger) == (320, 512) and list(bigger.eval.img_size) == [416, 640]
-    assert scaled_size((64, 128), 0.8) == (64, 96)  # 51.2 -> 64, 102.4 -> 96
-    assert scaled_size((64, 64), 0.2) == (32, 32)  # never below one stride
-    assert scaled_size((320, 320), 1.5) == (480, 480)
-    with pytest.raises(ConfigError, match="train.img_scale"):
-        load_config("train", ["train.img_scale=0"])
+    from msdet.common.config import load_config
+    from msdet.engine.runtime.process import Runtime
+    from msdet.engine.training.schedule import Schedule
+    from msdet.engine.training.trainer import _log_plan
+
+    cfg = load_config("train", overrides)
+    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
+    with caplog.at_level(logging.INFO, logger="train"):
+        _log_plan(cfg, cpu, Schedule.from_config(cfg.train, 1, 64))
+    assert caplog.records[0].getMessage().startswith(header)
 
 
 def test_checkpoints_describe_the_size_they_are_evaluated_at():
@@ -108,3 +111,4 @@ def test_checkpoints_describe_the_size_they_are_evaluated_at():
     description = read_description({DESCRIPTION_KEY: meta[DESCRIPTION_KEY]})
     assert description.input_size == [288, 352]
     assert description.config["train"]["img_scale"] == 0.7
+    assert description.config["train"]["input_size"] == [224, 224]  # what it trained at
