@@ -1,4 +1,5 @@
-"""Evaluate a checkpoint with COCO mAP: ``python eval.py ckpt=PATH [data=...]``.
+"""Evaluate a checkpoint with COCO mAP: ``msdet eval ckpt=PATH [data=...]`` (``python eval.py
+ckpt=PATH ...`` from a clone).
 
 The network, its class count and input size come from the checkpoint's description (a
 checkpoint written before msdet described them also needs ``model=...``). Uses the EMA
@@ -12,6 +13,8 @@ it runs as exported, at its own input size and batch (and with its NMS when insi
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Sequence
 
 from msdet.engine.cli import Run, run_command
 
@@ -46,5 +49,12 @@ def evaluate(run: Run) -> None:
     log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], run.dir)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``msdet eval`` with ``argv`` (default: the process's arguments); 0 when the evaluation
+    finished. A bad command line exits 2, a user's error exits 1."""
+    run_command("eval", evaluate, argv)
+    return 0
+
+
 if __name__ == "__main__":
-    run_command("eval", evaluate)
+    sys.exit(main())

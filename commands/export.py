@@ -1,10 +1,11 @@
 """Export a trained detector to MINDIR (or ONNX), with or without in-graph NMS, and check it.
 
-    python export.py ckpt=PATH [export.format=MINDIR|ONNX] [export.with_nms=true|false]
-                     [export.batch_size=1] [eval.img_size=[416,416]] [export.out=FOLDER]
+    msdet export ckpt=PATH [export.format=MINDIR|ONNX] [export.with_nms=true|false]
+                 [export.batch_size=1] [eval.img_size=[416,416]] [export.out=FOLDER]
 
-The network and its input size come from the checkpoint's description (a checkpoint
-written before msdet described them also needs ``model=...`` and ``eval.img_size``).
+(``python export.py ...`` from a clone.) The network and its input size come from the
+checkpoint's description (a checkpoint written before msdet described them also needs
+``model=...`` and ``eval.img_size``).
 The file lands beside the checkpoint (or in ``export.out``) as
 ``<checkpoint stem>_<model>_<h>x<w>_b<batch>[_nms].mindir|.onnx``, with its report
 ``<file>.json``: input/output layout, NMS settings, the max difference between the file's
@@ -18,6 +19,8 @@ carries its own description: eval.py and predict.py take it as ``ckpt=``. The ru
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
@@ -55,5 +58,12 @@ def export(run: Run) -> None:
     log.info("report: %s", report_path(report["file"]))
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``msdet export`` with ``argv`` (default: the process's arguments); 0 when the export
+    finished. A bad command line exits 2, a user's error exits 1."""
+    run_command("export", export, argv)
+    return 0
+
+
 if __name__ == "__main__":
-    run_command("export", export)
+    sys.exit(main())

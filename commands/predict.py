@@ -1,4 +1,5 @@
-"""Detect objects: ``python predict.py ckpt=PATH source=IMAGE|VIDEO|FOLDER|GLOB|CAMERA``.
+"""Detect objects: ``msdet predict ckpt=PATH source=IMAGE|VIDEO|FOLDER|GLOB|CAMERA``
+(``python predict.py ...`` from a clone).
 
 A source is an image or video file, a folder (searched recursively), a glob
 (``photos/**/*.jpg``) or a camera index (``source=0``). Into the run folder
@@ -14,6 +15,8 @@ same detections). ``--help`` lists every setting.
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Sequence
 
 from msdet.engine.cli import Run, run_command
 
@@ -53,5 +56,12 @@ def predict(run: Run) -> None:
     )
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``msdet predict`` with ``argv`` (default: the process's arguments); 0 when the detections
+    finished. A bad command line exits 2, a user's error exits 1."""
+    run_command("predict", predict, argv)
+    return 0
+
+
 if __name__ == "__main__":
-    run_command("predict", predict)
+    sys.exit(main())

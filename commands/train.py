@@ -1,4 +1,5 @@
-"""Train a YOLOX detector: ``python train.py [model=yolox_s] [data=coco] [key=value ...]``.
+"""Train a YOLOX detector: ``msdet train [model=yolox_s] [data=coco] [key=value ...]``
+(``python train.py ...`` from a clone).
 
 With no arguments: YOLOX-nano on the built-in synthetic ``shapes`` dataset, on Ascend when
 present, else on CPU, into the next free ``runs/train/exp*`` folder. ``--help`` lists every
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 
 from msdet.engine.cli import Run, run_command
 from msdet.engine.training.run_folder import accept_train_folder, locate_resumed_run
@@ -34,5 +36,12 @@ def train(run: Run) -> None:
         )
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``msdet train`` with ``argv`` (default: the process's arguments); 0 when the run
+    finished. A bad command line exits 2, a user's error or a stopped run exits 1."""
+    run_command("train", train, argv, accept=accept_train_folder, locate=locate_resumed_run)
+    return 0
+
+
 if __name__ == "__main__":
-    run_command("train", train, accept=accept_train_folder, locate=locate_resumed_run)
+    sys.exit(main())
