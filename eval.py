@@ -1,50 +1,9 @@
-"""Evaluate a checkpoint with COCO mAP: ``python eval.py ckpt=PATH [data=...]``.
+"""``python eval.py [key=value ...]`` from a clone: the same command as ``msdet eval``
+(:mod:`msdet.commands.eval`). ``--help`` lists every setting."""
 
-The network, its class count and input size come from the checkpoint's description (a
-checkpoint written before msdet described them also needs ``model=...``). Uses the EMA
-weights when present, letterboxed val images of the data config at ``eval.img_size``, and
-writes detections.json, metrics.json and the evaluation plots into its run folder
-(``runs/eval/exp*``). ``ckpt=`` also takes a file export.py wrote (``.mindir``, ``.onnx``):
-it runs as exported, at its own input size and batch (and with its NMS when inside).
-``--help`` lists every setting.
-"""
+import sys
 
-from __future__ import annotations
-
-import logging
-
-from msdet.engine.cli import Run, run_command
-
-log = logging.getLogger("eval")
-
-
-def evaluate(run: Run) -> None:
-    cfg = run.cfg
-    if not cfg.ckpt:
-        raise ValueError("eval.py needs a checkpoint: python eval.py ckpt=PATH")
-    from msdet.engine.runtime.process import setup_runtime
-
-    rt = setup_runtime(cfg.runtime, run.dir)
-    # These import MindSpore, which must load after setup_runtime prepared the environment.
-    from msdet.data.build import build_val_source
-    from msdet.data.pipeline import build_eval_dataset
-    from msdet.engine.evaluation.loop import evaluate_on_dataset
-    from msdet.engine.inference.exported import load_inference_model
-
-    val = build_val_source(cfg.data)
-    model = load_inference_model(cfg, run.typed, rt, val.num_classes)
-    log.info(
-        "%s: %s, %d classes; %d val images at %s",
-        cfg.ckpt,
-        model.summary,
-        model.num_classes,
-        len(val),
-        list(model.img_size),
-    )
-    dataset = build_eval_dataset(cfg.data, val, model.img_size, model.batch_size)
-    metrics, _ = evaluate_on_dataset(model.net, model.nms, dataset, val, run.dir, plots=True)
-    log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], run.dir)
-
+from msdet.commands.eval import main
 
 if __name__ == "__main__":
-    run_command("eval", evaluate)
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""What every entry point (train.py, eval.py, predict.py, export.py) does around its work.
+"""What every entry point (``msdet train|eval|predict|export``, ``python train.py`` ...) does
+around its work.
 
 :func:`run_command` reads the command line (``--help``, ``key=value`` settings), composes
 and checks the config (:func:`msdet.common.config.load_config`: a bad key or value stops
@@ -39,6 +40,9 @@ log = logging.getLogger("msdet")
 # msdet's messages name the file or key, so one line says it all and the traceback only
 # goes to the run's log file. Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+# The commands an install runs as ``msdet <command>`` (msdet.commands), a clone also as
+# ``python <command>.py``.
+ENTRY_POINTS = ("train", "eval", "predict", "export")
 
 
 @dataclass
@@ -168,7 +172,14 @@ def help_text(command: str) -> str:
 
     spec = COMMANDS[command]
     cfg = load_config(command, [])
-    lines = [f"usage: python {spec.name} [key=value ...]", "", spec.summary, "", "examples:"]
+    if command in ENTRY_POINTS:
+        lines = [
+            f"usage: msdet {command} [key=value ...]",
+            f"       python {spec.name} [key=value ...]   (from a clone of the repository)",
+        ]
+    else:
+        lines = [f"usage: python {spec.name} [key=value ...]"]
+    lines += ["", spec.summary, "", "examples:"]
     lines += [f"  {e}" for e in spec.examples]
     lines += ["", "config groups (key=option):"]
     for group in GROUPS:

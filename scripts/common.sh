@@ -64,6 +64,17 @@ msdet_run_dir_override() {
     printf '%s\n' "${dir}"
 }
 
+# msdet_entry ROOT COMMAND: the Python file that runs COMMAND (train, eval): COMMAND.py at the
+# root of a clone, else commands/COMMAND.py of an installed msdet (ROOT: site-packages/msdet).
+msdet_entry() {
+    local root=$1 command=$2
+    if [ -f "${root}/${command}.py" ]; then
+        printf '%s\n' "${root}/${command}.py"
+    else
+        printf '%s\n' "${root}/commands/${command}.py"
+    fi
+}
+
 # A new run folder for ENTRY (train.py -> runs/train/<date>-<time>), where the entry point
 # would put its runs (configs/config.yaml: run.root/<command>).
 msdet_new_run_dir() {

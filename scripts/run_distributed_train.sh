@@ -18,7 +18,7 @@
 #                    default here 1800; MindSpore sets 600 when unset, HCCL's own is 120):
 #                    each rank compiles its graphs before the first collective, and one
 #                    YOLOX graph takes 170-341 s on a 910
-#   TRAIN_ENTRY  the Python script every card runs (default: train.py of this repository)
+#   TRAIN_ENTRY  the Python script every card runs (default: msdet's train.py)
 #
 # Everything lands in the run folder (run.dir=..., else runs/train/<date>-<time>):
 # launch.txt (how the job was started), logs/worker_<rank>.log per rank,
@@ -51,7 +51,7 @@ NODE_RANK=${NODE_RANK:-0}
 CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-600}
 HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-7200}
 HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1800}
-TRAIN_ENTRY=${TRAIN_ENTRY:-${REPO_ROOT}/train.py}
+TRAIN_ENTRY=${TRAIN_ENTRY:-$(msdet_entry "${REPO_ROOT}" train)}
 STOP_GRACE_S=10 # how long stopped processes get before SIGKILL
 POLL_S=1
 

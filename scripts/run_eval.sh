@@ -26,4 +26,4 @@ shift
 [ -f "${CKPT}" ] || msdet_die "CKPT=${CKPT} is not a file"
 msdet_forbid_override ckpt "the checkpoint is the first argument" "$@"
 MSDET_TYPED=("${BASH_SOURCE[0]}" "${CKPT}" "$@")
-msdet_run_one_card "${REPO_ROOT}/eval.py" "ckpt=${CKPT}" "$@"
+msdet_run_one_card "$(msdet_entry "${REPO_ROOT}" eval)" "ckpt=${CKPT}" "$@"

@@ -17,4 +17,4 @@ source "${SCRIPT_DIR}/common.sh"
 
 msdet_help_if_asked "$@"
 MSDET_TYPED=("${BASH_SOURCE[0]}" "$@")
-msdet_run_one_card "${REPO_ROOT}/train.py" "$@"
+msdet_run_one_card "$(msdet_entry "${REPO_ROOT}" train)" "$@"

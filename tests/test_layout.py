@@ -1,6 +1,7 @@
 """The architecture as the layout shows it: data flows one way,
-``common -> data, models, ops -> engine -> tools, porting -> entry points``, with ``bench`` on
-top; inside ``engine``, ``runtime`` is the bottom. ``engine`` holds the training, evaluation,
+``common -> data, models, ops -> engine -> tools, porting -> commands`` (the entry points: the
+``msdet`` command, which the root scripts call), with ``bench`` beside ``commands`` on top;
+inside ``engine``, ``runtime`` is the bottom. ``engine`` holds the training, evaluation,
 inference and runtime only; the tools (doctor, chip check, self-test) sit above it.
 
 Every import statement of every module is read (top level and inside functions), so a
@@ -20,16 +21,18 @@ import pytest
 from tests.support import ROOT as REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
-PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench")
+PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "commands", "bench")
 # package (or engine sub-package) -> the msdet packages it must never import
 FORBIDDEN = {
-    "common": {"data", "models", "ops", "engine", "tools", "porting", "bench"},
-    "ops": {"data", "models", "engine", "tools", "porting", "bench"},
-    "data": {"models", "ops", "engine", "tools", "porting", "bench"},
-    "models": {"data", "engine", "tools", "porting", "bench"},
-    "engine": {"tools", "porting", "bench"},
-    "tools": {"porting", "bench"},
-    "porting": {"tools", "bench"},
+    "common": {"data", "models", "ops", "engine", "tools", "porting", "commands", "bench"},
+    "ops": {"data", "models", "engine", "tools", "porting", "commands", "bench"},
+    "data": {"models", "ops", "engine", "tools", "porting", "commands", "bench"},
+    "models": {"data", "engine", "tools", "porting", "commands", "bench"},
+    "engine": {"tools", "porting", "commands", "bench"},
+    "tools": {"porting", "commands", "bench"},
+    "porting": {"tools", "commands", "bench"},
+    "commands": {"bench"},
+    "bench": {"commands"},
     "engine/runtime": {"engine.training", "engine.evaluation", "engine.inference", "engine.cli"},
     "engine/training": {"engine.inference", "engine.cli"},
     "engine/evaluation": {"engine.training", "engine.inference", "engine.cli"},

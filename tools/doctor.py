@@ -1,4 +1,4 @@
-"""Environment check: ``python -m msdet.tools.doctor``.
+"""Environment check: ``msdet doctor`` (``python -m msdet.tools.doctor``).
 
 Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
 versions when present (found from ``ASCEND_HOME_PATH`` as CANN's ``set_env.sh`` sets it, or
@@ -12,6 +12,7 @@ shows where a machine stands.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import importlib.metadata as md
 import importlib.util
@@ -19,6 +20,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from msdet.engine.runtime.device import (
@@ -309,8 +311,14 @@ def build_report() -> Report:
     return report
 
 
-def main() -> int:
-    """Print the report; exit 1 when something must be fixed."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report; exit 1 when something must be fixed. Takes no arguments but
+    ``--help``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m msdet.tools.doctor",
+        description=__doc__.split("\n\n")[1],
+    )
+    parser.parse_args(argv)
     report = build_report()
     width = max(len(k) for k, _ in report.facts)
     print("msdet environment check")

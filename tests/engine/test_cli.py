@@ -51,7 +51,10 @@ def entry(script: str, *args: str, cwd=ROOT, timeout=120) -> subprocess.Complete
 def test_help_shows_what_the_command_takes_with_examples(script, first, takes, not_takes):
     out = entry(script, "--help")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"usage: python {script}")
+    command = script.removesuffix(".py")
+    usage = out.stdout.splitlines()[:2]
+    assert usage[0] == f"usage: msdet {command} [key=value ...]"
+    assert usage[1].split()[:3] == ["python", script, "[key=value"]
     assert "examples:" in out.stdout and f"python {script}" in out.stdout.split("examples:")[1]
     for key in takes:
         assert f"  {key}" in out.stdout, key

@@ -10,10 +10,19 @@ from msdet.tools import doctor
 
 
 def test_this_machine_is_ready(capsys):
-    assert doctor.main() == 0
+    assert doctor.main([]) == 0
     out = capsys.readouterr().out
     assert "mindspore       2.10.0" in out and "devices usable  CPU" in out
     assert "verdict: ready" in out
+
+
+def test_help_describes_the_check_and_runs_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "build_report", lambda: pytest.fail("--help ran the check"))
+    with pytest.raises(SystemExit) as stop:
+        doctor.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m msdet.tools.doctor") and "CANN" in out
 
 
 def test_numpy_2_and_wrong_mindspore_are_flagged(monkeypatch):
