@@ -100,10 +100,11 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             for c, a, b in zip(train.category_ids, train.class_names, val.class_names)
             if a != b
         ]
-        log.warning(
-            "train and val name their categories differently (%s): checkpoints carry the "
-            "train names, evaluation reports the val names",
-            ", ".join(differ),
+        raise ValueError(
+            f"train and val name their categories differently: {train.ann_file} has "
+            f"{train.class_names}, {val.ann_file} has {val.class_names} ({', '.join(differ)}): "
+            "checkpoints would carry one split's names and evaluation report the other's; "
+            "give both files the same categories"
         )
     check_images_present(train, "data.train.img_dir")
     check_images_present(val, "data.val.img_dir")

@@ -12,9 +12,10 @@ as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) int
 (default ``outputs/data_check``).
 
 Only what training cannot get past is an error (a missing or unreadable annotation file,
-no images, no categories, broken image or category entries, duplicate image ids, train
-and val with different categories, no readable image): structural ones raise before any image is decoded, and
-the command exits with status 1 when the report holds an error. Everything else is a
+no images, no categories, broken image or category entries, duplicate image ids, two
+categories of one name, train and val with different categories or names, no readable
+image): structural ones raise before any image is decoded, and the command exits with
+status 1 when the report holds an error. Everything else is a
 warning: training skips, clips or replaces those items, which is what you want to know
 about. :func:`summarise_annotations` is the light version for the start of training
 (annotations only, no decoding).
@@ -37,7 +38,7 @@ import numpy as np
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
 from msdet.data.build import split_paths
-from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
+from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.config import input_size
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.labels_plot import plot_labels
@@ -259,7 +260,7 @@ def check_split(
     level = coco_log.level
     coco_log.setLevel(logging.ERROR)  # its skipped-annotation warning is in this report
     try:
-        source = CocoSource(root, ann_file, img_dir)
+        source = CocoSource(root, ann_file, img_dir, unique_names=False)
     finally:
         coco_log.setLevel(level)
     boxes = training_boxes(source, img_size)
@@ -285,6 +286,9 @@ def check_split(
     workers = available_cores() if workers is None else int(workers)
     readable = _decode_images(img_path, files, problems, workers, progress)
     errors = []
+    repeated = repeated_names(source.coco.dataset["categories"])
+    if repeated:
+        errors.append(f"{ann_path}: {repeated}")
     if readable == 0:
         errors.append(f"{split}: none of the {len(files)} images in {img_path} can be read")
     return SplitCheck(
@@ -329,11 +333,20 @@ def check_dataset(
             None if progress is None else lambda d, t, s=split: progress(s, d, t),
         )
     result = [checks[s] for s in splits]
-    if len(result) > 1 and any(c.category_ids != result[0].category_ids for c in result[1:]):
-        result[0].errors.append(
+    first = result[0]
+    if len(result) > 1 and any(c.category_ids != first.category_ids for c in result[1:]):
+        first.errors.append(
             "train and val have different categories: "
             + "; ".join(f"{c.split} has ids {c.category_ids}" for c in result)
         )
+    elif len(result) > 1 and any(c.class_names != first.class_names for c in result[1:]):
+        differ = [
+            f"id {cat_id}: {a!r} ({first.split}) / {b!r} ({c.split})"
+            for c in result[1:]
+            for cat_id, a, b in zip(c.category_ids, first.class_names, c.class_names)
+            if a != b
+        ]
+        first.errors.append("train and val name their categories differently: " + "; ".join(differ))
     return result
 
 

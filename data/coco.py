@@ -35,10 +35,12 @@ class CocoSource:
     Training indices of classes are contiguous, ordered by category id:
     ``category_ids[label]`` is the dataset's id of training class ``label``.
     Crowd annotations stay in :attr:`coco` (the evaluator needs them) but are not
-    training targets; malformed annotation entries are skipped with one warning.
+    training targets; malformed annotation entries are skipped with one warning. Two
+    categories of one name are an error (``unique_names=False``: data.check, which reports
+    it with each one's boxes).
     """
 
-    def __init__(self, root: str, ann_file: str, img_dir: str):
+    def __init__(self, root: str, ann_file: str, img_dir: str, unique_names: bool = True):
         self.ann_file = os.path.abspath(os.path.join(root, ann_file))
         self.img_dir = os.path.abspath(os.path.join(root, img_dir))
         if not os.path.isfile(self.ann_file):
@@ -53,6 +55,9 @@ class CocoSource:
                 raise ValueError(f"{self.ann_file} is not valid json: {err}") from err
         _check_top_level(dataset, self.ann_file)
         _check_unique_ids(dataset, self.ann_file)
+        repeated = repeated_names(dataset["categories"])
+        if unique_names and repeated:
+            raise ValueError(f"{self.ann_file}: {repeated}")
         dataset["annotations"] = _drop_malformed_annotations(dataset, self.ann_file)
 
         self.coco = COCO()
@@ -230,6 +235,25 @@ def _check_unique_ids(dataset: dict, ann_file: str) -> None:
                 "one box twice and lose the other): give every annotation its own id"
             )
         ann_ids.add(ann_id)
+
+
+def repeated_names(categories: list[dict]) -> str | None:
+    """Which categories share a name ("categories 1 and 5 are both named 'car'; ..."), with
+    what to do; None when every name is its own. A model's classes are known by their names
+    (checkpoints, predictions, evaluation tables), so two of one name cannot be told apart."""
+    ids_of: dict[str, list[int]] = {}
+    for cat in categories:
+        ids_of.setdefault(str(cat["name"]), []).append(int(cat["id"]))
+    shared = [
+        f"categories {', '.join(map(str, ids[:-1]))} and {ids[-1]} are both named {name!r}"
+        for name, ids in ids_of.items()
+        if len(ids) > 1
+    ]
+    if not shared:
+        return None
+    return (
+        "; ".join(shared) + ": give each category its own name (or merge them into one category id)"
+    )
 
 
 def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:

@@ -115,15 +115,19 @@ def test_undecodable_images_are_refused_and_missing_ones_counted(tmp_path, caplo
         build_sources(cfg)
 
 
-def test_train_and_val_naming_classes_differently_is_a_warning(tmp_path, caplog):
+def test_train_and_val_naming_classes_differently_is_an_error_naming_both(tmp_path):
+    """One id, two names: checkpoints would carry train's names, evaluation report val's."""
     import json
-    import logging
 
     cfg = shapes_as_coco(tmp_path)
     path = tmp_path / "set" / "annotations" / "instances_val.json"
     data = json.loads(path.read_text())
     data["categories"][0]["name"] = "circle"
     path.write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+    with pytest.raises(
+        ValueError,
+        match=r"train and val name their categories differently: .*instances_train.json has "
+        r"\['disc', 'rectangle', 'triangle'\], .*instances_val.json has \['circle', "
+        r"'rectangle', 'triangle'\] \(id 1: 'disc' / 'circle'\)",
+    ):
         build_sources(cfg)
-    assert "name their categories differently" in caplog.text and "'disc' / 'circle'" in caplog.text

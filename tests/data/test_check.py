@@ -274,3 +274,25 @@ def test_duplicate_image_ids_are_an_error_listing_them(tmp_path):
         DatasetError, match=r"2 image entries reuse .*'a.jpg' and 'b.jpg'; .*'c.jpg'"
     ):
         check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+
+
+def test_two_categories_of_one_name_are_an_error_with_each_ones_boxes(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    cars = [{"id": 3, "name": "car"}, {"id": 8, "name": "dog"}, {"id": 9, "name": "car"}]
+    boxes = [ann(1, 1, 3, [0, 0, 20, 20]), ann(2, 1, 9, [30, 30, 20, 20]),
+             ann(3, 1, 9, [50, 50, 20, 20]), ann(4, 1, 8, [5, 50, 20, 20])]  # fmt: skip
+    write_split(tmp_path, [image(1, "a.jpg")], boxes, cars)
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.classes == {"car (id 3)": 1, "dog": 1, "car (id 9)": 2}
+    assert len(check.errors) == 1
+    assert "train.json: categories 3 and 9 are both named 'car'" in check.errors[0]
+
+
+def test_train_and_val_naming_one_id_differently_is_an_error(broken):
+    renamed = [dict(CATEGORIES[0], name="kitten"), *CATEGORIES[1:]]
+    write_split(broken, [image(1, "cat-01.jpg")], [ann(1, 1, 3, [10, 10, 30, 30])], renamed, "val")
+    train, _ = check_dataset(data_cfg(broken), ["train", "val"], workers=1)
+    assert train.errors == [
+        "train and val name their categories differently: id 3: 'cat' (train) / 'kitten' (val)"
+    ]
