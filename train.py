@@ -24,7 +24,7 @@ def train(run: Run) -> None:
     from msdet.engine.training.trainer import TrainingFailedError, run_training
 
     try:
-        metrics = run_training(run.cfg, rt)
+        metrics = run_training(run.cfg, rt, run.write_record)
     except TrainingFailedError as err:
         log.error("training stopped: %s", err)
         sys.exit(1)
@@ -35,4 +35,6 @@ def train(run: Run) -> None:
 
 
 if __name__ == "__main__":
-    run_command("train", train, accept=accept_train_folder, locate=locate_resumed_run)
+    run_command(
+        "train", train, accept=accept_train_folder, locate=locate_resumed_run, defer_record=True
+    )
