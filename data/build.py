@@ -14,6 +14,9 @@ from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_r
 
 log = logging.getLogger(__name__)
 
+# More of a split's image files missing than this is a wrong folder, not a few lost files.
+MAX_MISSING_FRACTION = 0.5
+
 
 def dataset_root(data_cfg: Any) -> str:
     """The folder ``data_cfg``'s splits live in, their paths relative to it.
@@ -119,28 +122,42 @@ def build_val_source(data_cfg: Any) -> CocoSource:
 
 
 def check_images_present(source: CocoSource, key: str, probe: int = 8) -> None:
-    """Refuse a split none of whose images can be read (a wrong ``img_dir``, another image
-    format), naming the folder and the first file, before any step runs; warn with a count
-    when only some are missing. Existence is checked for every file, decoding for the first
-    ``probe`` present ones."""
+    """Refuse a split whose image files are mostly missing (a wrong ``img_dir``: another
+    split's folder holds a few of its files at most), naming the folder and the first
+    missing files, before any step runs; leave out the missing images of a split that has
+    most of them, with a warning that counts them (the split's length is then the real
+    count: no other image is drawn in their place). Existence is checked for every file,
+    decoding for the first ``probe`` present ones."""
     paths = [source.image_path(i) for i in range(len(source))]
-    present = [p for p in paths if os.path.isfile(p)]
+    present = [i for i, p in enumerate(paths) if os.path.isfile(p)]
+    missing = [p for p in paths if not os.path.isfile(p)]
     if paths and not present:
         raise FileNotFoundError(
             f"none of the {len(paths)} images of {source.ann_file} is in {source.img_dir} "
             f"(the first: {paths[0]}): check {key} (and data.root)"
         )
-    if len(present) < len(paths):
+    if len(missing) > MAX_MISSING_FRACTION * len(paths):
+        shown = ", ".join(os.path.relpath(p, source.img_dir) for p in missing[:3])
+        raise FileNotFoundError(
+            f"{len(missing)} of the {len(paths)} images of {source.ann_file} are not in "
+            f"{source.img_dir} (e.g. {shown}): check {key} (and data.root); a split may miss "
+            f"at most {MAX_MISSING_FRACTION:.0%} of its files, which are then left out"
+        )
+    if missing:
         log.warning(
-            "%d of %d images of %s are missing from %s (e.g. %s): they are skipped",
-            len(paths) - len(present),
+            "%d of %d images of %s are missing from %s (e.g. %s); they are left out: %s has "
+            "the other %d",
+            len(missing),
             len(paths),
             source.ann_file,
             source.img_dir,
-            next(p for p in paths if not os.path.isfile(p)),
+            missing[0],
+            "training" if key.startswith("data.train") else "evaluation",
+            len(present),
         )
+        source.keep_images(present)
     errors = []
-    for path in present[:probe]:
+    for path in [paths[i] for i in present[:probe]]:
         try:
             read_image(path)
             return

@@ -4,7 +4,7 @@
 
 Trailing arguments are settings (``key=value``) of ``configs/config.yaml`` (``data=...``,
 ``data.root=...``, ``data.img_size=...``), checked as for training. Every image is decoded; the
-report lists unreadable images, boxes outside the image or of zero area, unknown category
+report lists missing and unreadable images, boxes outside the image or of zero area, unknown category
 ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
 letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
@@ -14,7 +14,7 @@ as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) int
 Only what training cannot get past is an error (a missing or unreadable annotation file,
 no images, no categories, broken image or category entries, duplicate image ids, two
 categories of one name, train and val with different categories or names, no readable
-image): structural ones raise before any image is decoded, and the command exits with
+image, more than half of the images missing): structural ones raise before any image is decoded, and the command exits with
 status 1 when the report holds an error. Everything else is a
 warning: training skips, clips or replaces those items, which is what you want to know
 about. :func:`summarise_annotations` is the light version for the start of training
@@ -37,7 +37,7 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
-from msdet.data.build import split_paths
+from msdet.data.build import MAX_MISSING_FRACTION, split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.config import input_size
 from msdet.data.image_io import ImageReadError, read_image
@@ -60,9 +60,11 @@ MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
 LABELS_FILE = "labels.png"
 DEFAULT_OUT = "outputs/data_check"
+MISSING = "missing"  # what the decoder reports for a file that is not there
 
 # Each warning the report can hold, with what training does about it.
 PROBLEMS = {
+    "missing_image": "image files not in the folder (training and evaluation leave them out)",
     "unreadable_image": "images that cannot be decoded (training replaces them with others)",
     "size_mismatch": "images whose pixels differ from the annotated width/height (boxes are rescaled)",
     "duplicate_file_name": "image entries repeating an earlier file name",
@@ -172,6 +174,8 @@ def _decode_images(
     """Decode every file; returns how many could be read."""
 
     def decode(img: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None, tuple | None]:
+        if not os.path.isfile(os.path.join(img_dir, img["file_name"])):
+            return img, MISSING, None
         try:
             pixels = read_image(os.path.join(img_dir, img["file_name"]))
         except ImageReadError as err:
@@ -181,7 +185,9 @@ def _decode_images(
     readable = 0
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # OpenCV releases the GIL
         for done, (img, error, hw) in enumerate(pool.map(decode, files), start=1):
-            if error:
+            if error == MISSING:
+                problems["missing_image"].add(repr(img["file_name"]))
+            elif error:
                 problems["unreadable_image"].add(error)
             else:
                 readable += 1
@@ -289,8 +295,15 @@ def check_split(
     repeated = repeated_names(source.coco.dataset["categories"])
     if repeated:
         errors.append(f"{ann_path}: {repeated}")
+    missing = problems["missing_image"].count
     if readable == 0:
         errors.append(f"{split}: none of the {len(files)} images in {img_path} can be read")
+    elif missing > MAX_MISSING_FRACTION * len(files):
+        errors.append(
+            f"{split}: {missing} of the {len(files)} images are not in {img_path} (e.g. "
+            f"{', '.join(problems['missing_image'].examples[:3])}): a wrong image folder? "
+            f"Training refuses a split missing more than {MAX_MISSING_FRACTION:.0%} of its files"
+        )
     return SplitCheck(
         split=split,
         ann_file=ann_path,

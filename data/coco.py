@@ -86,6 +86,14 @@ class CocoSource:
             f"{sum(len(t[1]) for t in self._targets)} boxes)"
         )
 
+    def keep_images(self, positions: list[int]) -> None:
+        """Keep only the images at ``positions`` (e.g. those whose file exists): the others
+        are neither trained on nor evaluated. Their annotations stay in :attr:`coco`, which
+        evaluation reads for the images it scores only."""
+        self.image_ids = [self.image_ids[i] for i in positions]
+        self._targets = [self._targets[i] for i in positions]
+        self._mismatches = None
+
     def image_info(self, i: int) -> dict[str, Any]:
         """``{"id", "file_name", "height", "width"}`` of image ``i`` (a position, not an id)."""
         info = self.coco.imgs[self.image_ids[i]]

@@ -131,3 +131,32 @@ def test_train_and_val_naming_classes_differently_is_an_error_naming_both(tmp_pa
         r"'rectangle', 'triangle'\] \(id 1: 'disc' / 'circle'\)",
     ):
         build_sources(cfg)
+
+
+def test_missing_images_are_left_out_and_too_many_are_an_error_naming_examples(tmp_path, caplog):
+    """Issue: data.train.img_dir at another split (40 of 48 files missing): the warning said
+    "skipped", yet the split kept its 48 images and training drew others in their place."""
+    import logging
+    import shutil
+
+    cfg = shapes_as_coco(tmp_path)
+    train_dir = tmp_path / "set" / "train"
+    files = sorted(train_dir.iterdir())
+    (tmp_path / "moved").mkdir()
+    for f in files[:2]:  # 2 of 6 missing: left out, counted as they are
+        shutil.move(str(f), str(tmp_path / "moved" / f.name))
+    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+        train, _ = build_sources(cfg)
+    assert len(train) == 4
+    assert {os.path.basename(train.image_path(i)) for i in range(4)} == {f.name for f in files[2:]}
+    assert "2 of 6 images of" in caplog.text and "left out: training has the other 4" in caplog.text
+    for f in files[2:5]:  # 5 of 6 missing: the folder is not this split's
+        shutil.move(str(f), str(tmp_path / "moved" / f.name))
+    with pytest.raises(FileNotFoundError) as err:
+        build_sources(cfg)
+    text = str(err.value)
+    assert (
+        f"5 of the 6 images of {tmp_path / 'set' / 'annotations' / 'instances_train.json'}" in text
+    )
+    assert f"are not in {train_dir}" in text and files[0].name in text and files[1].name in text
+    assert "check data.train.img_dir" in text

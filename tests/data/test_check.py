@@ -57,7 +57,7 @@ def broken(tmp_path):
         image(9, "dup-id.jpg"),  # no annotations either
         image(5, "cat-01.jpg"),  # duplicate file name
         image(6, "tiny.jpg"),
-        image(7, "missing.jpg"),  # not on disk: unreadable too
+        image(7, "missing.jpg"),  # not on disk
         image(8, "size.jpg"),
     ]
     anns = [
@@ -83,7 +83,8 @@ def test_every_problem_is_counted_exactly(broken):
     check = check_split(str(broken), "ann/train.json", "imgs", IMG_SIZE)
     counts = {key: p.count for key, p in check.problems.items()}
     assert counts == {
-        "unreadable_image": 2,
+        "missing_image": 1,
+        "unreadable_image": 1,
         "size_mismatch": 1,
         "duplicate_file_name": 1,
         "malformed_annotation": 1,
@@ -111,7 +112,7 @@ def test_every_problem_is_counted_exactly(broken):
 def test_problem_examples_name_the_file_and_the_entry(broken):
     p = check_split(str(broken), "ann/train.json", "imgs", IMG_SIZE).problems
     assert any("corrupt.jpg" in e and "truncated" in e for e in p["unreadable_image"].examples)
-    assert any("missing.jpg" in e for e in p["unreadable_image"].examples)
+    assert p["missing_image"].examples == ["'missing.jpg'"]
     assert p["size_mismatch"].examples == ["'size.jpg': 50x40 pixels, annotated 100x80"]
     assert p["duplicate_file_name"].examples == ["'cat-01.jpg': ids 1 and 5"]
     assert p["unknown_category_id"].examples == [
@@ -241,7 +242,7 @@ def test_command_prints_the_report_and_writes_json_and_labels_plot(broken, capsy
     )  # fmt: skip
     assert status == 0  # warnings only
     printed = capsys.readouterr().out
-    assert "warning: unreadable_image: 2" in printed
+    assert "warning: unreadable_image: 1" in printed and "warning: missing_image: 1" in printed
     assert "boxes per class: cat 6, dog 3, emu 0" in printed
     assert printed.splitlines()[-2] == "15 warnings, 0 errors"
     report = json.loads((out / "data_check.json").read_text())
@@ -295,4 +296,18 @@ def test_train_and_val_naming_one_id_differently_is_an_error(broken):
     train, _ = check_dataset(data_cfg(broken), ["train", "val"], workers=1)
     assert train.errors == [
         "train and val name their categories differently: id 3: 'cat' (train) / 'kitten' (val)"
+    ]
+
+
+def test_a_split_mostly_missing_from_its_folder_is_an_error_naming_examples(tmp_path):
+    """As training refuses it: more than half of the files missing is a wrong folder."""
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    images = [image(1, "a.jpg"), image(2, "b.jpg"), image(3, "c.jpg")]
+    write_split(tmp_path, images, [ann(1, 1, 3, [0, 0, 10, 10])])
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.problems["missing_image"].count == 2
+    assert check.errors == [
+        f"train: 2 of the 3 images are not in {tmp_path / 'imgs'} (e.g. 'b.jpg', 'c.jpg'): a "
+        "wrong image folder? Training refuses a split missing more than 50% of its files"
     ]
