@@ -9,10 +9,10 @@ Recognised, in this order:
   them. Each split is converted (``msdet.data.convert_labels``) into
   ``<data.cache_dir>/folders/`` and converted again only when its labels change.
 - **COCO json files** in ``annotations/`` or the folder itself: the one named ``*train*``
-  and the one named ``*val*``, each with the image folder that holds its first image
-  (``train2017/``, ``train/``, ``images/train/``, ``images/``, or the folder itself). A
-  dataset written by ``python -m msdet.data.convert_labels`` or the built-in shapes set
-  read this way too.
+  and the one named ``*val*``, each with the image folder that holds most of a sample of
+  its images (``train2017/``, ``train/``, ``images/train/``, ``images/``, or the folder
+  itself). A dataset written by ``python -m msdet.data.convert_labels`` or the built-in
+  shapes set read this way too.
 - **YOLO folders without a yaml**: ``images/{train,val}`` and ``labels/{train,val}`` with
   the class names in ``classes.txt`` (one per line).
 
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")
 YAML_NAMES = ("data.yaml", "dataset.yaml")
+# Images of an annotation file (spread over it) looked for when finding its image folder.
+FOLDER_SAMPLE = 20
 
 
 class DatasetFolderError(ValueError):
@@ -135,23 +137,31 @@ def _from_coco(folder: str, files: dict[str, str], splits: tuple[str, ...]) -> F
 
 
 def _image_folder_of(folder: str, ann_file: str, split: str) -> str:
-    """The folder under ``folder`` that holds the first image ``ann_file`` names."""
+    """The folder under ``folder`` that holds the most of a sample of the images
+    ``ann_file`` names (a few files may be missing: one absent file decides nothing)."""
     with open(ann_file, encoding="utf-8") as f:
         images = json.load(f).get("images") or []
     if not images:
         raise DatasetFolderError(f"{ann_file}: no images")
-    first = str(images[0].get("file_name", ""))
+    step = max(1, len(images) // FOLDER_SAMPLE)
+    sample = [str(img.get("file_name", "")) for img in images[::step][:FOLDER_SAMPLE]]
     stem = os.path.splitext(os.path.basename(ann_file))[0]
     named = stem.split("_", 1)[1] if stem.startswith("instances_") else stem
-    candidates = [named, split + "2017", split, os.path.join("images", split), "images", "."]
+    candidates = list(
+        dict.fromkeys([named, split + "2017", split, os.path.join("images", split), "images", "."])
+    )
+    found = {}
     for candidate in candidates:
         img_dir = os.path.normpath(os.path.join(folder, candidate))
-        if os.path.isfile(os.path.join(img_dir, first)):
-            return img_dir
+        found[img_dir] = sum(os.path.isfile(os.path.join(img_dir, name)) for name in sample)
+    best = max(found, key=found.get)  # the first of equals: candidates in order of preference
+    if found[best]:
+        return best
     raise DatasetFolderError(
-        f"data={folder}: the images of {os.path.relpath(ann_file, folder)} (the first is "
-        f"{first}) are in none of {', '.join(c + '/' for c in candidates[:-1])} or the folder "
-        f"itself; name the folder with data.{split}.img_dir=..."
+        f"data={folder}: none of {len(sample)} images of {os.path.relpath(ann_file, folder)} "
+        f"(e.g. {', '.join(sample[:3])}) is in any of "
+        f"{', '.join(c + '/' for c in candidates if c != '.')} or the folder itself; name "
+        f"the folder with data.{split}.img_dir=..."
     )
 
 

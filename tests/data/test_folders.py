@@ -101,3 +101,24 @@ def test_labels_are_where_ultralytics_puts_them():
     assert labels_folder("/images/d/images") == "/images/d/labels"
     with pytest.raises(DatasetFolderError, match="has no 'images'"):
         labels_folder("/d/pictures/train")
+
+
+def test_a_split_whose_first_image_is_missing_is_still_found(tmp_path):
+    """Issue: the folder of a split was looked for by its first image alone: with that one
+    file missing, 38 of 48 present were refused as "in none of train/...". A sample of the
+    files decides; none of them anywhere is still an error naming what was looked for."""
+    from omegaconf import OmegaConf
+
+    from msdet.common.config import CONFIG_DIR
+
+    shapes = OmegaConf.load(os.path.join(CONFIG_DIR, "data", "shapes.yaml"))
+    shapes.root, shapes.num_train, shapes.num_val = str(tmp_path / "set"), 6, 3
+    build_sources(shapes)
+    train_files = sorted((tmp_path / "set" / "train").iterdir())
+    train_files[0].unlink()  # the annotation file's first image
+    layout = find_layout(str(tmp_path / "set"), str(tmp_path))
+    assert layout.splits["train"][1] == str(tmp_path / "set" / "train")
+    for f in train_files[1:]:
+        f.unlink()
+    with pytest.raises(DatasetFolderError, match=r"none of 6 images .*\(e.g. "):
+        find_layout(str(tmp_path / "set"), str(tmp_path))
