@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from msdet.data.coco import CocoSource
+from msdet.data.coco import MIN_BOX_SIDE, CocoSource
 from msdet.data.folders import find_layout
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
@@ -111,7 +111,32 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
         )
     check_images_present(train, "data.train.img_dir")
     check_images_present(val, "data.val.img_dir")
+    check_has_boxes(train)
     return train, val
+
+
+def check_has_boxes(source: CocoSource) -> None:
+    """Refuse a split without a single box to train on, saying why (no annotations, all of
+    them malformed: the first reasons, or all crowd regions or too thin)."""
+    if any(source.has_objects(i) for i in range(len(source))):
+        return
+    kept = len(source.coco.dataset["annotations"])
+    skipped = source.skipped_annotations
+    if not kept and not skipped:
+        why = "it has no annotations"
+    elif not kept:
+        why = (
+            f"all {len(skipped)} annotations are skipped as malformed: "
+            + "; ".join(skipped[:3])
+            + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        )
+    else:
+        why = (
+            f"its {kept} well-formed annotations are crowd regions, boxes of {MIN_BOX_SIDE:g} "
+            "px or less, or on images left out"
+            + (f" ({len(skipped)} more are malformed: {skipped[0]})" if skipped else "")
+        )
+    raise ValueError(f"{source.ann_file}: no usable box to train on: {why}")
 
 
 def build_val_source(data_cfg: Any) -> CocoSource:

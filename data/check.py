@@ -14,7 +14,8 @@ as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) int
 Only what training cannot get past is an error (a missing or unreadable annotation file,
 no images, no categories, broken image or category entries, duplicate image ids, two
 categories of one name, train and val with different categories or names, no readable
-image, more than half of the images missing): structural ones raise before any image is decoded, and the command exits with
+image, more than half of the images missing, a train split without a usable box):
+structural ones raise before any image is decoded, and the command exits with
 status 1 when the report holds an error. Everything else is a
 warning: training skips, clips or replaces those items, which is what you want to know
 about. :func:`summarise_annotations` is the light version for the start of training
@@ -37,7 +38,7 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
-from msdet.data.build import MAX_MISSING_FRACTION, split_paths
+from msdet.data.build import MAX_MISSING_FRACTION, check_has_boxes, split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.config import input_size
 from msdet.data.image_io import ImageReadError, read_image
@@ -292,6 +293,11 @@ def check_split(
     workers = available_cores() if workers is None else int(workers)
     readable = _decode_images(img_path, files, problems, workers, progress)
     errors = []
+    if split == "train":
+        try:
+            check_has_boxes(source)
+        except ValueError as err:
+            errors.append(str(err))
     repeated = repeated_names(source.coco.dataset["categories"])
     if repeated:
         errors.append(f"{ann_path}: {repeated}")

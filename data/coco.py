@@ -58,7 +58,9 @@ class CocoSource:
         repeated = repeated_names(dataset["categories"])
         if unique_names and repeated:
             raise ValueError(f"{self.ann_file}: {repeated}")
-        dataset["annotations"] = _drop_malformed_annotations(dataset, self.ann_file)
+        dataset["annotations"], self.skipped_annotations = _drop_malformed_annotations(
+            dataset, self.ann_file
+        )
 
         self.coco = COCO()
         self.coco.dataset = dataset
@@ -264,8 +266,9 @@ def repeated_names(categories: list[dict]) -> str | None:
     )
 
 
-def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:
-    """The annotations pycocotools and training can use; the rest is reported by id."""
+def _drop_malformed_annotations(dataset: dict, ann_file: str) -> tuple[list[dict], list[str]]:
+    """The annotations pycocotools and training can use, and what was wrong with each of
+    the others (``id N (why)``), which one warning lists."""
     image_ids = {img["id"] for img in dataset["images"]}
     category_ids = {cat["id"] for cat in dataset["categories"]}
     kept, problems = [], []
@@ -289,7 +292,7 @@ def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:
             listed,
             f" and {more} more" if more > 0 else "",
         )
-    return kept
+    return kept, problems
 
 
 def _annotation_problem(ann: Any, image_ids: set, category_ids: set) -> str | None:
@@ -297,10 +300,15 @@ def _annotation_problem(ann: Any, image_ids: set, category_ids: set) -> str | No
         return "not an object"
     if not isinstance(ann.get("id"), int):
         return "no integer id"
-    if ann.get("image_id") not in image_ids:
-        return f"unknown image_id {ann.get('image_id')!r}"
-    if ann.get("category_id") not in category_ids:
-        return f"unknown category_id {ann.get('category_id')!r}"
+    for key, known in (("image_id", image_ids), ("category_id", category_ids)):
+        value = ann.get(key)
+        if value in known:
+            continue
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit() and int(value) in known:
+            # An exporter that wrote ids as text: COCO's are integers, as the images' are.
+            owner = "images'" if key == "image_id" else "categories'"
+            return f"{key} {value!r} is text: the {owner} ids are integers"
+        return f"unknown {key} {value!r}"
     bbox = ann.get("bbox")
     if not isinstance(bbox, list | tuple) or len(bbox) != 4:
         return f"bbox must be [x, y, w, h], got {bbox!r}"

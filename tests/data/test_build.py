@@ -160,3 +160,29 @@ def test_missing_images_are_left_out_and_too_many_are_an_error_naming_examples(t
     )
     assert f"are not in {train_dir}" in text and files[0].name in text and files[1].name in text
     assert "check data.train.img_dir" in text
+
+
+def test_a_train_split_without_a_usable_box_is_an_error_saying_why(tmp_path):
+    """Issue: empty annotations, or string image ids (every annotation skipped), trained on
+    without a box to learn."""
+    import json
+
+    cfg = shapes_as_coco(tmp_path)
+    path = tmp_path / "set" / "annotations" / "instances_train.json"
+    data = json.loads(path.read_text())
+    anns = data["annotations"]
+    path.write_text(json.dumps({**data, "annotations": []}))
+    with pytest.raises(ValueError, match=r"instances_train.json: no usable box to train on: "
+                       r"it has no annotations"):  # fmt: skip
+        build_sources(cfg)
+    as_text = [{**a, "image_id": str(a["image_id"])} for a in anns]
+    path.write_text(json.dumps({**data, "annotations": as_text}))
+    with pytest.raises(ValueError) as err:
+        build_sources(cfg)
+    text = str(err.value)
+    assert f"all {len(anns)} annotations are skipped as malformed" in text
+    first = anns[0]
+    assert (
+        f"id {first['id']} (image_id '{first['image_id']}' is text: the images' ids are "
+        "integers)" in text
+    )

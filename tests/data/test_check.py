@@ -311,3 +311,19 @@ def test_a_split_mostly_missing_from_its_folder_is_an_error_naming_examples(tmp_
         f"train: 2 of the 3 images are not in {tmp_path / 'imgs'} (e.g. 'b.jpg', 'c.jpg'): a "
         "wrong image folder? Training refuses a split missing more than 50% of its files"
     ]
+
+
+def test_a_train_split_without_a_usable_box_is_an_error_in_the_report(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    write_split(tmp_path, [image(1, "a.jpg")], [ann(1, "1", 3, [0, 0, 20, 20])])
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.counts["training_boxes"] == 0
+    assert check.problems["malformed_annotation"].examples == [
+        "annotation 1: image_id '1' is text: the images' ids are integers"
+    ]
+    assert check.errors == [
+        f"{tmp_path / 'ann' / 'train.json'}: no usable box to train on: all 1 annotations are "
+        "skipped as malformed: id 1 (image_id '1' is text: the images' ids are integers)"
+    ]
+    assert check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE, "val").errors == []
