@@ -154,7 +154,7 @@ def test_resume_of_another_run_into_a_used_folder_leaves_it_untouched(
 
 
 def limit_file_size(limit: int):
-    """A file-size limit: every write past ``limit`` bytes fails (EFBIG), as on a full disk."""
+    """A file-size limit: every write past ``limit`` bytes fails (EFBIG)."""
 
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -163,17 +163,17 @@ def limit_file_size(limit: int):
     return apply
 
 
-def test_a_full_disk_stops_the_run_cleanly_and_writes_nothing_after(tmp_path, cache_dir):
+def test_a_file_size_limit_stops_the_run_cleanly_and_writes_nothing_after(tmp_path, cache_dir):
     """A checkpoint (about 11 MB for this model) cannot be written; the run's small files
-    can. The run stops with the space it needs, leaves no partial file, and records no epoch
-    it has no checkpoint of."""
+    can. The run stops naming the limit (not as a full disk) and the space it needs,
+    leaves no partial file, and records no epoch it has no checkpoint of."""
     run_dir = tmp_path / "full"
     out = run_entry("train.py", run_dir, cache_dir, *QUIET, preexec_fn=limit_file_size(4 * 2**20))
     assert out.returncode == 1, output(out)[-3000:]
     text = output(out)
-    assert (
-        "could not write" in text and "MiB are free" in text and "a checkpoint needs about" in text
-    )
+    assert "could not write" in text and "a checkpoint needs about" in text
+    assert "a file-size limit: this process may write files of at most 4 MiB" in text
+    assert "MiB are free" not in text
     assert "Traceback" not in out.stderr.split("error:")[0]
     assert os.listdir(run_dir / "checkpoints") == []  # no partial file of any name
     assert not (run_dir / "results.csv").exists() and not (run_dir / "metrics.json").exists()
