@@ -36,7 +36,7 @@ from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered
 from msdet.engine.training.callbacks.compile import CompileTrainingGraph
-from msdet.engine.training.callbacks.console import EpochSummary, StepProgress
+from msdet.engine.training.callbacks.console import EpochLine, EpochSummary, StepProgress
 from msdet.engine.training.callbacks.evaluation import EvalCallback
 from msdet.engine.training.callbacks.monitoring import StepStats, UnreadableImagesReport
 from msdet.engine.training.callbacks.monitors import EpochTimeMonitor, StepLossMonitor
@@ -435,6 +435,7 @@ def _build_callbacks(
                 meta,
             ),
             ResultsCallback(state, rt.run_dir),
+            EpochLine(state),
         ]
         if tcfg.tensorboard:
             cbs.append(
