@@ -159,3 +159,18 @@ def test_suggestions_come_from_the_whole_key_or_its_last_part():
 def test_every_entry_point_takes_the_run_folder_and_the_runtime():
     for name in ("train", "eval", "predict", "export"):
         assert {"run", "runtime"} <= set(COMMANDS[name].sections)
+
+
+def test_a_data_path_that_does_not_exist_says_no_such_folder(tmp_path):
+    """Issue: data=path/typo said "no such data config", as if a config name was meant."""
+    (tmp_path / "boats").mkdir()
+    with pytest.raises(ConfigError) as err:
+        load_config("train", [f"data={tmp_path}/boast"])
+    text = str(err.value)
+    assert f"data={tmp_path}/boast: no such folder or file ({tmp_path / 'boast'})" in text
+    assert "did you mean boats?" in text and "no such data config" not in text
+    for typed in ("datasets/boats", "boats.yaml", "./boats"):
+        with pytest.raises(ConfigError, match=rf"data={typed}: no such folder or file"):
+            load_config("train", [f"data={typed}"])
+    with pytest.raises(ConfigError, match="no such data config; did you mean shapes"):
+        load_config("train", ["data=shape"])  # a name: one of configs/data/
