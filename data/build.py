@@ -54,14 +54,17 @@ def dataset_root(data_cfg: Any) -> str:
 
 
 def split_paths(
-    data_cfg: Any, splits: tuple[str, ...] = ("train", "val")
+    data_cfg: Any,
+    splits: tuple[str, ...] = ("train", "val"),
+    skipped: dict[str, list[str]] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """split -> (annotation file, image folder), absolute.
 
     The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
     split is ``data.<split>.{ann_file,img_dir}`` relative to it. Paths left null (a dataset
     given as ``data=path/to/folder``) are found in the folder (:mod:`msdet.data.folders`:
-    COCO json files, or YOLO labels converted once)."""
+    COCO json files, or YOLO labels converted once). ``skipped``, when given, receives per
+    split the YOLO files its conversion left out, each with its problem."""
     root = dataset_root(data_cfg)
     given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
     if all(ann is not None and img is not None for ann, img in given.values()):
@@ -70,6 +73,8 @@ def split_paths(
             for s, (a, i) in given.items()
         }
     layout = find_layout(root, str(data_cfg.cache_dir), splits)
+    if skipped is not None:
+        skipped.update(layout.skipped)
     paths = {}
     for split, (ann, img) in given.items():
         found_ann, found_img = layout.splits[split]

@@ -4,7 +4,7 @@
 
 Trailing arguments are settings (``key=value``) of ``configs/config.yaml`` (``data=...``,
 ``data.root=...``, ``data.img_size=...``), checked as for training. Every image is decoded; the
-report lists missing and unreadable images, boxes outside the image or of zero area, unknown category
+report lists missing and unreadable images, bad YOLO label files, boxes outside the image or of zero area, unknown category
 ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
 letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
@@ -67,6 +67,7 @@ MISSING = "missing"  # what the decoder reports for a file that is not there
 PROBLEMS = {
     "missing_image": "image files not in the folder (training and evaluation leave them out)",
     "unreadable_image": "images that cannot be decoded (training replaces them with others)",
+    "bad_label_file": "YOLO label files with a bad line, or images the conversion cannot read (training leaves them out)",
     "size_mismatch": "images whose pixels differ from the annotated width/height (boxes are rescaled)",
     "duplicate_file_name": "image entries repeating an earlier file name",
     "malformed_annotation": "annotations training skips: no integer id, unknown image id, bad bbox",
@@ -338,7 +339,8 @@ def check_dataset(
     long decode of train. Train and val with different categories is an error in the
     first split's report (training refuses them).
     """
-    paths = split_paths(data_cfg, tuple(splits))
+    skipped: dict[str, list[str]] = {}
+    paths = split_paths(data_cfg, tuple(splits), skipped)
     img_size = input_size(data_cfg.img_size, "data.img_size")
     order = sorted(splits, key=lambda s: s != "val")
     checks = {}
@@ -351,6 +353,9 @@ def check_dataset(
             workers,
             None if progress is None else lambda d, t, s=split: progress(s, d, t),
         )
+    for split, problems in skipped.items():
+        for problem in problems:
+            checks[split].problems["bad_label_file"].add(problem)
     result = [checks[s] for s in splits]
     first = result[0]
     if len(result) > 1 and any(c.category_ids != first.category_ids for c in result[1:]):

@@ -85,6 +85,7 @@ def test_every_problem_is_counted_exactly(broken):
     assert counts == {
         "missing_image": 1,
         "unreadable_image": 1,
+        "bad_label_file": 0,  # a COCO dataset: data.check of a YOLO folder counts them
         "size_mismatch": 1,
         "duplicate_file_name": 1,
         "malformed_annotation": 1,
