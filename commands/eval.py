@@ -32,10 +32,18 @@ def evaluate(run: Run) -> None:
     from msdet.data.build import build_val_source
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
-    from msdet.engine.inference.exported import load_inference_model
+    from msdet.engine.inference.exported import load_inference_model, score_labels
 
     val = build_val_source(cfg.data)
-    model = load_inference_model(cfg, run.typed, rt, val.num_classes)
+    model = load_inference_model(cfg, run.typed, rt)
+    labels = score_labels(
+        model.class_names,
+        model.num_classes,
+        val.class_names,
+        cfg.eval.class_map,
+        cfg.ckpt,
+        val.ann_file,
+    )
     log.info(
         "%s: %s, %d classes; %d val images at %s",
         cfg.ckpt,
@@ -45,7 +53,9 @@ def evaluate(run: Run) -> None:
         list(model.img_size),
     )
     dataset = build_eval_dataset(cfg.data, val, model.img_size, model.batch_size)
-    metrics, _ = evaluate_on_dataset(model.net, model.nms, dataset, val, run.dir, plots=True)
+    metrics, _ = evaluate_on_dataset(
+        model.net, model.nms, dataset, val, run.dir, plots=True, labels=labels
+    )
     log.info("mAP %.4f  mAP50 %.4f  (%s)", metrics["mAP"], metrics["mAP50"], run.dir)
 
 

@@ -26,7 +26,7 @@ def train(run: Run) -> None:
     from msdet.engine.training.trainer import TrainingFailedError, run_training
 
     try:
-        metrics = run_training(run.cfg, rt)
+        metrics = run_training(run.cfg, rt, run.write_record)
     except TrainingFailedError as err:
         log.error("training stopped: %s", err)
         sys.exit(1)
@@ -39,7 +39,14 @@ def train(run: Run) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``msdet train`` with ``argv`` (default: the process's arguments); 0 when the run
     finished. A bad command line exits 2, a user's error or a stopped run exits 1."""
-    run_command("train", train, argv, accept=accept_train_folder, locate=locate_resumed_run)
+    run_command(
+        "train",
+        train,
+        argv,
+        accept=accept_train_folder,
+        locate=locate_resumed_run,
+        defer_record=True,
+    )
     return 0
 
 

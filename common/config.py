@@ -326,10 +326,28 @@ def _check_group_option(o: Override) -> None:
     options = group_options(o.key)
     if isinstance(o.value, str) and o.value in options:
         return
+    raw = o.text.partition("=")[2]
+    if o.key == "data" and ("/" in raw or os.sep in raw or "." in raw):
+        raise ConfigError(_no_such_path(raw, options))
     close = difflib.get_close_matches(str(o.value), options, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise ConfigError(
         f"{o.key}={o.value}: no such {o.key} config; {hint}options: {', '.join(options)}"
+    )
+
+
+def _no_such_path(raw: str, options: list[str]) -> str:
+    """``data=PATH`` that does not exist: the message says so (a path was meant, not a
+    config name), with the closest names beside it where its folder exists."""
+    path = os.path.abspath(raw)
+    parent = os.path.dirname(path.rstrip(os.sep))
+    hint = ""
+    if os.path.isdir(parent):
+        close = difflib.get_close_matches(os.path.basename(path), os.listdir(parent), 3, 0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return (
+        f"data={raw}: no such folder or file ({path}); {hint}data= takes a dataset folder, a "
+        f"YOLO data.yaml or a config name: {', '.join(options)}"
     )
 
 

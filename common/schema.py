@@ -314,6 +314,7 @@ SCHEMA: dict[str, Spec] = {
     "eval.pre_nms_topk": Spec("int", low=1, high=2864),
     "eval.max_det": INT_POSITIVE,
     "eval.class_agnostic": Spec("bool"),
+    "eval.class_map": Spec("choice", choices=("strict", "by_name")),
     "predict.conf": Spec("float", low=0, high=1),
     "predict.save_txt": Spec("bool"),
     "predict.save_conf": Spec("bool"),

@@ -7,12 +7,15 @@ import logging
 import os
 from typing import Any
 
-from msdet.data.coco import CocoSource
+from msdet.data.coco import MIN_BOX_SIDE, CocoSource
 from msdet.data.folders import find_layout
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
 
 log = logging.getLogger(__name__)
+
+# More of a split's image files missing than this is a wrong folder, not a few lost files.
+MAX_MISSING_FRACTION = 0.5
 
 
 def dataset_root(data_cfg: Any) -> str:
@@ -51,14 +54,17 @@ def dataset_root(data_cfg: Any) -> str:
 
 
 def split_paths(
-    data_cfg: Any, splits: tuple[str, ...] = ("train", "val")
+    data_cfg: Any,
+    splits: tuple[str, ...] = ("train", "val"),
+    skipped: dict[str, list[str]] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """split -> (annotation file, image folder), absolute.
 
     The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
     split is ``data.<split>.{ann_file,img_dir}`` relative to it. Paths left null (a dataset
     given as ``data=path/to/folder``) are found in the folder (:mod:`msdet.data.folders`:
-    COCO json files, or YOLO labels converted once)."""
+    COCO json files, or YOLO labels converted once). ``skipped``, when given, receives per
+    split the YOLO files its conversion left out, each with its problem."""
     root = dataset_root(data_cfg)
     given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
     if all(ann is not None and img is not None for ann, img in given.values()):
@@ -67,6 +73,8 @@ def split_paths(
             for s, (a, i) in given.items()
         }
     layout = find_layout(root, str(data_cfg.cache_dir), splits)
+    if skipped is not None:
+        skipped.update(layout.skipped)
     paths = {}
     for split, (ann, img) in given.items():
         found_ann, found_img = layout.splits[split]
@@ -100,14 +108,40 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             for c, a, b in zip(train.category_ids, train.class_names, val.class_names)
             if a != b
         ]
-        log.warning(
-            "train and val name their categories differently (%s): checkpoints carry the "
-            "train names, evaluation reports the val names",
-            ", ".join(differ),
+        raise ValueError(
+            f"train and val name their categories differently: {train.ann_file} has "
+            f"{train.class_names}, {val.ann_file} has {val.class_names} ({', '.join(differ)}): "
+            "checkpoints would carry one split's names and evaluation report the other's; "
+            "give both files the same categories"
         )
     check_images_present(train, "data.train.img_dir")
     check_images_present(val, "data.val.img_dir")
+    check_has_boxes(train)
     return train, val
+
+
+def check_has_boxes(source: CocoSource) -> None:
+    """Refuse a split without a single box to train on, saying why (no annotations, all of
+    them malformed: the first reasons, or all crowd regions or too thin)."""
+    if any(source.has_objects(i) for i in range(len(source))):
+        return
+    kept = len(source.coco.dataset["annotations"])
+    skipped = source.skipped_annotations
+    if not kept and not skipped:
+        why = "it has no annotations"
+    elif not kept:
+        why = (
+            f"all {len(skipped)} annotations are skipped as malformed: "
+            + "; ".join(skipped[:3])
+            + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        )
+    else:
+        why = (
+            f"its {kept} well-formed annotations are crowd regions, boxes of {MIN_BOX_SIDE:g} "
+            "px or less, or on images left out"
+            + (f" ({len(skipped)} more are malformed: {skipped[0]})" if skipped else "")
+        )
+    raise ValueError(f"{source.ann_file}: no usable box to train on: {why}")
 
 
 def build_val_source(data_cfg: Any) -> CocoSource:
@@ -118,28 +152,42 @@ def build_val_source(data_cfg: Any) -> CocoSource:
 
 
 def check_images_present(source: CocoSource, key: str, probe: int = 8) -> None:
-    """Refuse a split none of whose images can be read (a wrong ``img_dir``, another image
-    format), naming the folder and the first file, before any step runs; warn with a count
-    when only some are missing. Existence is checked for every file, decoding for the first
-    ``probe`` present ones."""
+    """Refuse a split whose image files are mostly missing (a wrong ``img_dir``: another
+    split's folder holds a few of its files at most), naming the folder and the first
+    missing files, before any step runs; leave out the missing images of a split that has
+    most of them, with a warning that counts them (the split's length is then the real
+    count: no other image is drawn in their place). Existence is checked for every file,
+    decoding for the first ``probe`` present ones."""
     paths = [source.image_path(i) for i in range(len(source))]
-    present = [p for p in paths if os.path.isfile(p)]
+    present = [i for i, p in enumerate(paths) if os.path.isfile(p)]
+    missing = [p for p in paths if not os.path.isfile(p)]
     if paths and not present:
         raise FileNotFoundError(
             f"none of the {len(paths)} images of {source.ann_file} is in {source.img_dir} "
             f"(the first: {paths[0]}): check {key} (and data.root)"
         )
-    if len(present) < len(paths):
+    if len(missing) > MAX_MISSING_FRACTION * len(paths):
+        shown = ", ".join(os.path.relpath(p, source.img_dir) for p in missing[:3])
+        raise FileNotFoundError(
+            f"{len(missing)} of the {len(paths)} images of {source.ann_file} are not in "
+            f"{source.img_dir} (e.g. {shown}): check {key} (and data.root); a split may miss "
+            f"at most {MAX_MISSING_FRACTION:.0%} of its files, which are then left out"
+        )
+    if missing:
         log.warning(
-            "%d of %d images of %s are missing from %s (e.g. %s): they are skipped",
-            len(paths) - len(present),
+            "%d of %d images of %s are missing from %s (e.g. %s); they are left out: %s has "
+            "the other %d",
+            len(missing),
             len(paths),
             source.ann_file,
             source.img_dir,
-            next(p for p in paths if not os.path.isfile(p)),
+            missing[0],
+            "training" if key.startswith("data.train") else "evaluation",
+            len(present),
         )
+        source.keep_images(present)
     errors = []
-    for path in present[:probe]:
+    for path in [paths[i] for i in present[:probe]]:
         try:
             read_image(path)
             return

@@ -4,7 +4,7 @@
 
 Trailing arguments are settings (``key=value``) of ``configs/config.yaml`` (``data=...``,
 ``data.root=...``, ``data.img_size=...``), checked as for training. Every image is decoded; the
-report lists unreadable images, boxes outside the image or of zero area, unknown category
+report lists missing and unreadable images, bad YOLO label files, boxes outside the image or of zero area, unknown category
 ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
 letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
@@ -12,9 +12,11 @@ as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) int
 (default ``outputs/data_check``).
 
 Only what training cannot get past is an error (a missing or unreadable annotation file,
-no images, no categories, broken image or category entries, duplicate image ids, train
-and val with different categories, no readable image): structural ones raise before any image is decoded, and
-the command exits with status 1 when the report holds an error. Everything else is a
+no images, no categories, broken image or category entries, duplicate image ids, two
+categories of one name, train and val with different categories or names, no readable
+image, more than half of the images missing, a train split without a usable box):
+structural ones raise before any image is decoded, and the command exits with
+status 1 when the report holds an error. Everything else is a
 warning: training skips, clips or replaces those items, which is what you want to know
 about. :func:`summarise_annotations` is the light version for the start of training
 (annotations only, no decoding).
@@ -36,8 +38,8 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
-from msdet.data.build import split_paths
-from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level
+from msdet.data.build import MAX_MISSING_FRACTION, check_has_boxes, split_paths
+from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.labels_plot import plot_labels
 from msdet.data.summary import (
@@ -58,10 +60,13 @@ MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
 LABELS_FILE = "labels.png"
 DEFAULT_OUT = "outputs/data_check"
+MISSING = "missing"  # what the decoder reports for a file that is not there
 
 # Each warning the report can hold, with what training does about it.
 PROBLEMS = {
+    "missing_image": "image files not in the folder (training and evaluation leave them out)",
     "unreadable_image": "images that cannot be decoded (training replaces them with others)",
+    "bad_label_file": "YOLO label files with a bad line, or images the conversion cannot read (training leaves them out)",
     "size_mismatch": "images whose pixels differ from the annotated width/height (boxes are rescaled)",
     "duplicate_file_name": "image entries repeating an earlier file name",
     "malformed_annotation": "annotations training skips: no integer id, unknown image id, bad bbox",
@@ -170,6 +175,8 @@ def _decode_images(
     """Decode every file; returns how many could be read."""
 
     def decode(img: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None, tuple | None]:
+        if not os.path.isfile(os.path.join(img_dir, img["file_name"])):
+            return img, MISSING, None
         try:
             pixels = read_image(os.path.join(img_dir, img["file_name"]))
         except ImageReadError as err:
@@ -179,7 +186,9 @@ def _decode_images(
     readable = 0
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # OpenCV releases the GIL
         for done, (img, error, hw) in enumerate(pool.map(decode, files), start=1):
-            if error:
+            if error == MISSING:
+                problems["missing_image"].add(repr(img["file_name"]))
+            elif error:
                 problems["unreadable_image"].add(error)
             else:
                 readable += 1
@@ -258,7 +267,7 @@ def check_split(
     level = coco_log.level
     coco_log.setLevel(logging.ERROR)  # its skipped-annotation warning is in this report
     try:
-        source = CocoSource(root, ann_file, img_dir)
+        source = CocoSource(root, ann_file, img_dir, unique_names=False)
     finally:
         coco_log.setLevel(level)
     boxes = training_boxes(source, img_size)
@@ -284,8 +293,23 @@ def check_split(
     workers = available_cores() if workers is None else int(workers)
     readable = _decode_images(img_path, files, problems, workers, progress)
     errors = []
+    if split == "train":
+        try:
+            check_has_boxes(source)
+        except ValueError as err:
+            errors.append(str(err))
+    repeated = repeated_names(source.coco.dataset["categories"])
+    if repeated:
+        errors.append(f"{ann_path}: {repeated}")
+    missing = problems["missing_image"].count
     if readable == 0:
         errors.append(f"{split}: none of the {len(files)} images in {img_path} can be read")
+    elif missing > MAX_MISSING_FRACTION * len(files):
+        errors.append(
+            f"{split}: {missing} of the {len(files)} images are not in {img_path} (e.g. "
+            f"{', '.join(problems['missing_image'].examples[:3])}): a wrong image folder? "
+            f"Training refuses a split missing more than {MAX_MISSING_FRACTION:.0%} of its files"
+        )
     return SplitCheck(
         split=split,
         ann_file=ann_path,
@@ -314,7 +338,8 @@ def check_dataset(
     long decode of train. Train and val with different categories is an error in the
     first split's report (training refuses them).
     """
-    paths = split_paths(data_cfg, tuple(splits))
+    skipped: dict[str, list[str]] = {}
+    paths = split_paths(data_cfg, tuple(splits), skipped)
     img_size = (int(data_cfg.img_size[0]), int(data_cfg.img_size[1]))  # checked by the config
     order = sorted(splits, key=lambda s: s != "val")
     checks = {}
@@ -327,12 +352,24 @@ def check_dataset(
             workers,
             None if progress is None else lambda d, t, s=split: progress(s, d, t),
         )
+    for split, problems in skipped.items():
+        for problem in problems:
+            checks[split].problems["bad_label_file"].add(problem)
     result = [checks[s] for s in splits]
-    if len(result) > 1 and any(c.category_ids != result[0].category_ids for c in result[1:]):
-        result[0].errors.append(
+    first = result[0]
+    if len(result) > 1 and any(c.category_ids != first.category_ids for c in result[1:]):
+        first.errors.append(
             "train and val have different categories: "
             + "; ".join(f"{c.split} has ids {c.category_ids}" for c in result)
         )
+    elif len(result) > 1 and any(c.class_names != first.class_names for c in result[1:]):
+        differ = [
+            f"id {cat_id}: {a!r} ({first.split}) / {b!r} ({c.split})"
+            for c in result[1:]
+            for cat_id, a, b in zip(c.category_ids, first.class_names, c.class_names)
+            if a != b
+        ]
+        first.errors.append("train and val name their categories differently: " + "; ".join(differ))
     return result
 
 

@@ -35,10 +35,12 @@ class CocoSource:
     Training indices of classes are contiguous, ordered by category id:
     ``category_ids[label]`` is the dataset's id of training class ``label``.
     Crowd annotations stay in :attr:`coco` (the evaluator needs them) but are not
-    training targets; malformed annotation entries are skipped with one warning.
+    training targets; malformed annotation entries are skipped with one warning. Two
+    categories of one name are an error (``unique_names=False``: data.check, which reports
+    it with each one's boxes).
     """
 
-    def __init__(self, root: str, ann_file: str, img_dir: str):
+    def __init__(self, root: str, ann_file: str, img_dir: str, unique_names: bool = True):
         self.ann_file = os.path.abspath(os.path.join(root, ann_file))
         self.img_dir = os.path.abspath(os.path.join(root, img_dir))
         if not os.path.isfile(self.ann_file):
@@ -53,7 +55,12 @@ class CocoSource:
                 raise ValueError(f"{self.ann_file} is not valid json: {err}") from err
         _check_top_level(dataset, self.ann_file)
         _check_unique_ids(dataset, self.ann_file)
-        dataset["annotations"] = _drop_malformed_annotations(dataset, self.ann_file)
+        repeated = repeated_names(dataset["categories"])
+        if unique_names and repeated:
+            raise ValueError(f"{self.ann_file}: {repeated}")
+        dataset["annotations"], self.skipped_annotations = _drop_malformed_annotations(
+            dataset, self.ann_file
+        )
 
         self.coco = COCO()
         self.coco.dataset = dataset
@@ -80,6 +87,14 @@ class CocoSource:
             f"CocoSource({self.ann_file}: {len(self)} images, {self.num_classes} classes, "
             f"{sum(len(t[1]) for t in self._targets)} boxes)"
         )
+
+    def keep_images(self, positions: list[int]) -> None:
+        """Keep only the images at ``positions`` (e.g. those whose file exists): the others
+        are neither trained on nor evaluated. Their annotations stay in :attr:`coco`, which
+        evaluation reads for the images it scores only."""
+        self.image_ids = [self.image_ids[i] for i in positions]
+        self._targets = [self._targets[i] for i in positions]
+        self._mismatches = None
 
     def image_info(self, i: int) -> dict[str, Any]:
         """``{"id", "file_name", "height", "width"}`` of image ``i`` (a position, not an id)."""
@@ -232,8 +247,28 @@ def _check_unique_ids(dataset: dict, ann_file: str) -> None:
         ann_ids.add(ann_id)
 
 
-def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:
-    """The annotations pycocotools and training can use; the rest is reported by id."""
+def repeated_names(categories: list[dict]) -> str | None:
+    """Which categories share a name ("categories 1 and 5 are both named 'car'; ..."), with
+    what to do; None when every name is its own. A model's classes are known by their names
+    (checkpoints, predictions, evaluation tables), so two of one name cannot be told apart."""
+    ids_of: dict[str, list[int]] = {}
+    for cat in categories:
+        ids_of.setdefault(str(cat["name"]), []).append(int(cat["id"]))
+    shared = [
+        f"categories {', '.join(map(str, ids[:-1]))} and {ids[-1]} are both named {name!r}"
+        for name, ids in ids_of.items()
+        if len(ids) > 1
+    ]
+    if not shared:
+        return None
+    return (
+        "; ".join(shared) + ": give each category its own name (or merge them into one category id)"
+    )
+
+
+def _drop_malformed_annotations(dataset: dict, ann_file: str) -> tuple[list[dict], list[str]]:
+    """The annotations pycocotools and training can use, and what was wrong with each of
+    the others (``id N (why)``), which one warning lists."""
     image_ids = {img["id"] for img in dataset["images"]}
     category_ids = {cat["id"] for cat in dataset["categories"]}
     kept, problems = [], []
@@ -257,7 +292,7 @@ def _drop_malformed_annotations(dataset: dict, ann_file: str) -> list[dict]:
             listed,
             f" and {more} more" if more > 0 else "",
         )
-    return kept
+    return kept, problems
 
 
 def _annotation_problem(ann: Any, image_ids: set, category_ids: set) -> str | None:
@@ -265,10 +300,15 @@ def _annotation_problem(ann: Any, image_ids: set, category_ids: set) -> str | No
         return "not an object"
     if not isinstance(ann.get("id"), int):
         return "no integer id"
-    if ann.get("image_id") not in image_ids:
-        return f"unknown image_id {ann.get('image_id')!r}"
-    if ann.get("category_id") not in category_ids:
-        return f"unknown category_id {ann.get('category_id')!r}"
+    for key, known in (("image_id", image_ids), ("category_id", category_ids)):
+        value = ann.get(key)
+        if value in known:
+            continue
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit() and int(value) in known:
+            # An exporter that wrote ids as text: COCO's are integers, as the images' are.
+            owner = "images'" if key == "image_id" else "categories'"
+            return f"{key} {value!r} is text: the {owner} ids are integers"
+        return f"unknown {key} {value!r}"
     bbox = ann.get("bbox")
     if not isinstance(bbox, list | tuple) or len(bbox) != 4:
         return f"bbox must be [x, y, w, h], got {bbox!r}"

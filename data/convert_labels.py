@@ -15,7 +15,9 @@ Objects marked ``difficult`` become ``iscrowd: 1``: ignored in training and, as 
 own metric, in evaluation. Categories are the 20 VOC classes (ids 1..20) unless
 ``--classes`` gives other names.
 
-Malformed input stops the conversion with an error naming the file (and line).
+Malformed input stops the conversion with an error naming every bad file (and line);
+training, converting a YOLO folder itself, leaves such an image out with a warning instead
+(``msdet.data.folders``).
 """
 
 from __future__ import annotations
@@ -61,28 +63,54 @@ def coco_categories(names: Sequence[str]) -> list[dict]:
     return [{"id": k + 1, "name": name, "supercategory": "object"} for k, name in enumerate(names)]
 
 
-def yolo_to_coco(images_dir: str, labels_dir: str, class_names: Sequence[str]) -> dict:
-    """A COCO dataset dict from YOLO labels; image sizes are read from the images."""
+def yolo_to_coco(
+    images_dir: str,
+    labels_dir: str,
+    class_names: Sequence[str],
+    skipped: list[str] | None = None,
+) -> dict:
+    """A COCO dataset dict from YOLO labels; image sizes are read from the images.
+
+    An image that cannot be read, or whose label file has a bad line, cannot be converted:
+    without ``skipped`` that is a :class:`ConversionError` listing every such file (each
+    bad line of it); with ``skipped`` (a list) the image is left out and its problem
+    appended there, as Ultralytics skips a corrupt label, and only a folder with nothing
+    convertible is an error."""
     if not os.path.isdir(images_dir):
         raise ConversionError(f"image folder not found: {images_dir}")
     if not os.path.isdir(labels_dir):
         raise ConversionError(f"label folder not found: {labels_dir}")
-    images, annotations = [], []
+    images, annotations, problems = [], [], []
     files = _image_files(images_dir)
     for rel in progress(files, len(files), "reading images", "img"):
+        label_path = os.path.join(labels_dir, os.path.splitext(rel)[0] + ".txt")
         try:
             height, width = read_image(os.path.join(images_dir, rel)).shape[:2]
-        except ImageReadError as err:
-            raise ConversionError(str(err)) from err
+            objects = []
+            if os.path.isfile(label_path):
+                objects = _read_yolo_labels(label_path, len(class_names), width, height)
+        except (ImageReadError, ConversionError) as err:
+            problems.append(str(err))
+            continue
         image_id = len(images) + 1
         images.append({"id": image_id, "file_name": rel, "height": height, "width": width})
-        label_path = os.path.join(labels_dir, os.path.splitext(rel)[0] + ".txt")
-        if not os.path.isfile(label_path):
-            continue
-        for category_id, bbox in _read_yolo_labels(label_path, len(class_names), width, height):
+        for category_id, bbox in objects:
             annotations.append(_annotation(len(annotations) + 1, image_id, category_id, bbox))
-    if not images:
+    if not files:
         raise ConversionError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {images_dir}")
+    if problems and (skipped is None or not images):
+        counted = (
+            f"none of the {len(files)} images can"
+            if not images
+            else f"{len(problems)} of {len(files)} images cannot"
+        )
+        raise ConversionError(
+            f"{counted} be converted ({images_dir}, labels in {labels_dir}): "
+            + "; ".join(problems[:MAX_LISTED])
+            + (f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+        )
+    if skipped is not None:
+        skipped.extend(problems)
     return {
         "images": images,
         "annotations": annotations,
@@ -101,45 +129,57 @@ def _image_files(images_dir: str) -> list[str]:
 
 # Rounding in labelling tools puts values a hair past 0 or 1; anything more is not a fraction.
 FRACTION_SLACK = 1e-6
+# Problems named in one error; the count says how many more there are.
+MAX_LISTED = 10
 
 
 def _read_yolo_labels(
     path: str, num_classes: int, width: int, height: int
 ) -> list[tuple[int, list[float]]]:
-    """(category id, COCO bbox in pixels) per line of a YOLO label file."""
-    objects = []
+    """(category id, COCO bbox in pixels) per line of a YOLO label file; a
+    :class:`ConversionError` naming every bad line (``path:line: why``) otherwise."""
+    objects, bad = [], []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
-            fields = line.split()
-            if not fields:
+            if not line.split():
                 continue
-            where = f"{path}:{line_no}"
-            if len(fields) != 5:
-                kind = " (polygon labels are not supported)" if len(fields) > 5 else ""
-                raise ConversionError(
-                    f"{where}: expected 'class cx cy w h', got {len(fields)} values{kind}"
-                )
             try:
-                cls = int(fields[0])
-                cx, cy, w, h = (float(v) for v in fields[1:])
+                objects.append(_yolo_object(line, num_classes, width, height))
             except ValueError as err:
-                raise ConversionError(f"{where}: not numbers: {line.strip()!r}") from err
-            if not 0 <= cls < num_classes:
-                raise ConversionError(f"{where}: class {cls} outside 0..{num_classes - 1}")
-            if not all(math.isfinite(v) for v in (cx, cy, w, h)) or w < 0 or h < 0:
-                raise ConversionError(f"{where}: invalid box {fields[1:]}")
-            if not all(-FRACTION_SLACK <= v <= 1 + FRACTION_SLACK for v in (cx, cy, w, h)):
-                raise ConversionError(
-                    f"{where}: box {' '.join(fields[1:])} is outside 0..1: YOLO labels give the "
-                    "centre and size as fractions of the image's width and height (these look "
-                    "like pixels)"
-                )
-            x1 = min(max((cx - w / 2) * width, 0.0), width)
-            y1 = min(max((cy - h / 2) * height, 0.0), height)
-            x2 = min(max((cx + w / 2) * width, 0.0), width)
-            y2 = min(max((cy + h / 2) * height, 0.0), height)
-            objects.append((cls + 1, [x1, y1, x2 - x1, y2 - y1]))
+                bad.append(f"{path}:{line_no}: {err}")
+    if bad:
+        more = len(bad) - MAX_LISTED
+        raise ConversionError(
+            "; ".join(bad[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
+        )
     return objects
+
+
+def _yolo_object(line: str, num_classes: int, width: int, height: int) -> tuple[int, list[float]]:
+    """One label line as (category id, COCO bbox in pixels); ``ValueError`` saying why not."""
+    fields = line.split()
+    if len(fields) != 5:
+        kind = " (polygon labels are not supported)" if len(fields) > 5 else ""
+        raise ValueError(f"expected 'class cx cy w h', got {len(fields)} values{kind}")
+    try:
+        cls = int(fields[0])
+        cx, cy, w, h = (float(v) for v in fields[1:])
+    except ValueError:
+        raise ValueError(f"not numbers: {line.strip()!r}") from None
+    if not 0 <= cls < num_classes:
+        raise ValueError(f"class {cls} outside 0..{num_classes - 1}")
+    if not all(math.isfinite(v) for v in (cx, cy, w, h)) or w < 0 or h < 0:
+        raise ValueError(f"invalid box {fields[1:]}")
+    if not all(-FRACTION_SLACK <= v <= 1 + FRACTION_SLACK for v in (cx, cy, w, h)):
+        raise ValueError(
+            f"box {' '.join(fields[1:])} is outside 0..1: YOLO labels give the centre and size "
+            "as fractions of the image's width and height (these look like pixels)"
+        )
+    x1 = min(max((cx - w / 2) * width, 0.0), width)
+    y1 = min(max((cy - h / 2) * height, 0.0), height)
+    x2 = min(max((cx + w / 2) * width, 0.0), width)
+    y2 = min(max((cy + h / 2) * height, 0.0), height)
+    return cls + 1, [x1, y1, x2 - x1, y2 - y1]
 
 
 def voc_to_coco(voc_root: str, split: str, class_names: Sequence[str] = VOC_CLASSES) -> dict:

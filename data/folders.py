@@ -7,12 +7,13 @@ Recognised, in this order:
   ``names`` as a list or ``{index: name}``), given itself or found in the folder. Labels are
   beside the images with ``images`` replaced by ``labels`` in the path, as Ultralytics has
   them. Each split is converted (``msdet.data.convert_labels``) into
-  ``<data.cache_dir>/folders/`` and converted again only when its labels change.
+  ``<data.cache_dir>/folders/`` and converted again only when its labels change; an image
+  whose label file is bad (or which cannot be read) is left out with a warning naming it.
 - **COCO json files** in ``annotations/`` or the folder itself: the one named ``*train*``
-  and the one named ``*val*``, each with the image folder that holds its first image
-  (``train2017/``, ``train/``, ``images/train/``, ``images/``, or the folder itself). A
-  dataset written by ``python -m msdet.data.convert_labels`` or the built-in shapes set
-  read this way too.
+  and the one named ``*val*``, each with the image folder that holds most of a sample of
+  its images (``train2017/``, ``train/``, ``images/train/``, ``images/``, or the folder
+  itself). A dataset written by ``python -m msdet.data.convert_labels`` or the built-in
+  shapes set read this way too.
 - **YOLO folders without a yaml**: ``images/{train,val}`` and ``labels/{train,val}`` with
   the class names in ``classes.txt`` (one per line).
 
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")
 YAML_NAMES = ("data.yaml", "dataset.yaml")
+# Images of an annotation file (spread over it) looked for when finding its image folder.
+FOLDER_SAMPLE = 20
+# Files left out of a YOLO split that its warning names; data.check counts them all.
+MAX_WARNED = 10
 
 
 class DatasetFolderError(ValueError):
@@ -49,6 +54,8 @@ class FolderLayout:
 
     splits: dict[str, tuple[str, str]] = field(default_factory=dict)
     kind: str = "coco"  # coco | yolo
+    # split -> the YOLO files its conversion left out, each with its problem
+    skipped: dict[str, list[str]] = field(default_factory=dict)
 
 
 def find_layout(path: str, cache_dir: str, splits: tuple[str, ...] = SPLITS) -> FolderLayout:
@@ -73,7 +80,7 @@ def find_layout(path: str, cache_dir: str, splits: tuple[str, ...] = SPLITS) -> 
         layout = FolderLayout(kind="yolo")
         for split in splits:
             images = os.path.join(path, "images", split)
-            layout.splits[split] = _converted(
+            layout.splits[split], layout.skipped[split] = _converted(
                 images, os.path.join(path, "labels", split), names, path, split, cache_dir
             )
         return layout
@@ -135,23 +142,31 @@ def _from_coco(folder: str, files: dict[str, str], splits: tuple[str, ...]) -> F
 
 
 def _image_folder_of(folder: str, ann_file: str, split: str) -> str:
-    """The folder under ``folder`` that holds the first image ``ann_file`` names."""
+    """The folder under ``folder`` that holds the most of a sample of the images
+    ``ann_file`` names (a few files may be missing: one absent file decides nothing)."""
     with open(ann_file, encoding="utf-8") as f:
         images = json.load(f).get("images") or []
     if not images:
         raise DatasetFolderError(f"{ann_file}: no images")
-    first = str(images[0].get("file_name", ""))
+    step = max(1, len(images) // FOLDER_SAMPLE)
+    sample = [str(img.get("file_name", "")) for img in images[::step][:FOLDER_SAMPLE]]
     stem = os.path.splitext(os.path.basename(ann_file))[0]
     named = stem.split("_", 1)[1] if stem.startswith("instances_") else stem
-    candidates = [named, split + "2017", split, os.path.join("images", split), "images", "."]
+    candidates = list(
+        dict.fromkeys([named, split + "2017", split, os.path.join("images", split), "images", "."])
+    )
+    found = {}
     for candidate in candidates:
         img_dir = os.path.normpath(os.path.join(folder, candidate))
-        if os.path.isfile(os.path.join(img_dir, first)):
-            return img_dir
+        found[img_dir] = sum(os.path.isfile(os.path.join(img_dir, name)) for name in sample)
+    best = max(found, key=found.get)  # the first of equals: candidates in order of preference
+    if found[best]:
+        return best
     raise DatasetFolderError(
-        f"data={folder}: the images of {os.path.relpath(ann_file, folder)} (the first is "
-        f"{first}) are in none of {', '.join(c + '/' for c in candidates[:-1])} or the folder "
-        f"itself; name the folder with data.{split}.img_dir=..."
+        f"data={folder}: none of {len(sample)} images of {os.path.relpath(ann_file, folder)} "
+        f"(e.g. {', '.join(sample[:3])}) is in any of "
+        f"{', '.join(c + '/' for c in candidates if c != '.')} or the folder itself; name "
+        f"the folder with data.{split}.img_dir=..."
     )
 
 
@@ -178,7 +193,7 @@ def _from_yolo_yaml(yaml_file: str, cache_dir: str, splits: tuple[str, ...]) -> 
                 "image paths are not read), got {images!r}"
             )
         images = os.path.normpath(os.path.join(root, images))
-        layout.splits[split] = _converted(
+        layout.splits[split], layout.skipped[split] = _converted(
             images, labels_folder(images), [str(n) for n in names], root, split, cache_dir
         )
     return layout
@@ -198,26 +213,45 @@ def labels_folder(images: str) -> str:
 
 def _converted(
     images: str, labels: str, names: list[str], root: str, split: str, cache_dir: str
-) -> tuple[str, str]:
-    """(COCO json, image folder) of one YOLO split, converted unless its labels, images and
-    class names are those of the last conversion."""
+) -> tuple[tuple[str, str], list[str]]:
+    """((COCO json, image folder), the files left out) of one YOLO split, converted unless
+    its labels, images and class names are those of the last conversion. An image that
+    cannot be converted (a bad label file, an unreadable image) is left out with a warning
+    naming it, at every run; a split with nothing convertible is an error listing why."""
     signature = _signature(images, labels, names)
     key = hashlib.sha1(os.path.abspath(images).encode()).hexdigest()[:10]
     out = os.path.join(
         os.path.abspath(cache_dir), "folders", f"{os.path.basename(root)}-{key}", f"{split}.json"
     )
-    stamp = out + ".signature"
+    stamp, left_out = out + ".signature", out + ".skipped"
     if os.path.isfile(out) and _read(stamp) == signature:
-        return out, images
-    log.info("converting the YOLO labels of %s (%s) to COCO json: %s", root, split, out)
-    try:
-        dataset = yolo_to_coco(images, labels, names)
-    except ConversionError as err:
-        raise DatasetFolderError(str(err)) from err
-    write_json(dataset, out)
-    with open(stamp, "w", encoding="utf-8") as f:
-        f.write(signature)
-    return out, images
+        skipped = json.loads(_read(left_out) or "[]")
+    else:
+        log.info("converting the YOLO labels of %s (%s) to COCO json: %s", root, split, out)
+        skipped = []
+        try:
+            dataset = yolo_to_coco(images, labels, names, skipped)
+        except ConversionError as err:
+            raise DatasetFolderError(str(err)) from err
+        write_json(dataset, out)
+        with open(left_out, "w", encoding="utf-8") as f:
+            json.dump(skipped, f)
+        with open(stamp, "w", encoding="utf-8") as f:
+            f.write(signature)
+    if skipped:
+        with open(out, encoding="utf-8") as f:
+            kept = len(json.load(f)["images"])
+        log.warning(
+            "%d of %d images of %s are left out: their labels (or the images) cannot be read: %s%s",
+            len(skipped),
+            len(skipped) + kept,
+            images,
+            "; ".join(skipped[:MAX_WARNED]),
+            f"; and {len(skipped) - MAX_WARNED} more (python -m msdet.data.check lists them)"
+            if len(skipped) > MAX_WARNED
+            else "",
+        )
+    return (out, images), skipped
 
 
 def _signature(images: str, labels: str, names: list[str]) -> str:

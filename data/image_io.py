@@ -77,6 +77,10 @@ def to_bgr_uint8(img: np.ndarray) -> np.ndarray:
     float images are taken as 0..1 when their maximum is <= 1, else as 0..255. An alpha
     channel is dropped (the colour values are kept as stored).
     """
+    if img.size == 0:
+        raise ValueError(f"an image of no pixels (shape {img.shape})")
+    if img.ndim not in (2, 3):
+        raise ValueError(f"expected 2 or 3 dimensions, got {img.ndim} dimensions {img.shape}")
     if img.dtype == np.uint16:
         img = (img.astype(np.float32) / 257.0 + 0.5).astype(np.uint8)
     elif img.dtype in (np.float32, np.float64):
@@ -87,8 +91,6 @@ def to_bgr_uint8(img: np.ndarray) -> np.ndarray:
 
     if img.ndim == 2:
         return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
-    if img.ndim != 3:
-        raise ValueError(f"expected 2 or 3 dimensions, got shape {img.shape}")
     channels = img.shape[2]
     if channels == 3:
         return np.ascontiguousarray(img)

@@ -77,8 +77,19 @@ def training_boxes(source: CocoSource, img_size: Sequence[int]) -> TrainingBoxes
 
 
 def class_counts(source: CocoSource, boxes: TrainingBoxes) -> dict[str, int]:
+    """Training boxes per class, keyed by class name (``name (id N)`` for a name that two
+    categories share, so that each keeps its own count)."""
     counts = np.bincount(boxes.labels, minlength=source.num_classes)
-    return {name: int(n) for name, n in zip(source.class_names, counts)}
+    return {name: int(n) for name, n in zip(class_keys(source), counts)}
+
+
+def class_keys(source: CocoSource) -> list[str]:
+    """Each class's name, with its category id added where another class has that name."""
+    names = source.class_names
+    return [
+        f"{name} (id {cat_id})" if names.count(name) > 1 else name
+        for name, cat_id in zip(names, source.category_ids)
+    ]
 
 
 def crowd_count(source: CocoSource) -> int:

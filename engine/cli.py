@@ -4,7 +4,8 @@ around its work.
 :func:`run_command` reads the command line (``--help``, ``key=value`` settings), composes
 and checks the config (:func:`msdet.common.config.load_config`: a bad key or value stops
 here, before any folder exists), claims the run folder (created, locked, checked by the
-command's own ``accept`` rule, and only then written: the log file and ``config.yaml``),
+command's own ``accept`` rule, and only then written: the log file and ``config.yaml``,
+the latter once the command's own checks passed when it decides late),
 runs the command, and reports a user's mistake in one line. A command that fails before
 producing anything leaves no folder behind.
 
@@ -55,10 +56,29 @@ class Run:
     cfg: Any
     folder: RunFolder | None
     typed: dict[str, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    main: bool = True  # this process writes the run folder's record
+    recorded: bool = False
 
     @property
     def dir(self) -> str:
         return self.folder.path if self.folder else "."
+
+    def write_record(self) -> None:
+        """``config.yaml`` (the composed config, resolved) and ``overrides.txt`` of the
+        accepted run, once, on the process that writes the folder. A command that decides
+        late whether it takes the folder (train.py: a resume that is another model, or one
+        of more epochs than asked, is refused once the checkpoint and data are read) calls
+        this when it does; the record of the run there before stays until then."""
+        from omegaconf import OmegaConf
+
+        if self.recorded or not self.main or self.folder is None:
+            return
+        self.recorded = True
+        with open(os.path.join(self.dir, "config.yaml"), "w", encoding="utf-8") as f:
+            f.write(OmegaConf.to_yaml(self.cfg, resolve=True))
+        with open(os.path.join(self.dir, "overrides.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.argv) + ("\n" if self.argv else ""))
 
 
 def run_command(
@@ -68,6 +88,7 @@ def run_command(
     accept: Callable[[Run], None] | None = None,
     locate: Callable[[Any], None] | None = None,
     main_rank: bool | None = None,
+    defer_record: bool = False,
 ) -> Any:
     """Run ``body`` as the command ``command`` (a key of ``COMMANDS``) with ``argv``
     (default: ``sys.argv[1:]``). ``accept(run)`` may refuse the claimed folder before
@@ -75,8 +96,10 @@ def run_command(
     ``locate(cfg)`` may name the folder first (train.py: ``train.resume=auto`` without a
     named run continues the latest one).
     ``main_rank``: whether this process writes the run folder (default: the launcher's
-    rank is 0); the others neither lock nor write it. Exits 2 on a bad command line, 1 on
-    a user's error, with one ``error:`` line."""
+    rank is 0); the others neither lock nor write it. The folder's record (``config.yaml``,
+    ``overrides.txt``) is written once ``accept`` passes; with ``defer_record`` only when
+    the body calls :meth:`Run.write_record` (its own checks passed). Exits 2 on a bad
+    command line, 1 on a user's error, with one ``error:`` line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     logs.setup_logging()
     if any(a in ("-h", "--help") for a in argv):
@@ -95,7 +118,7 @@ def run_command(
     except ConfigError as err:
         _fail(str(err), 2)
     main = launcher_rank_is_main() if main_rank is None else main_rank
-    run = Run(command, cfg, None, typed_overrides(argv))
+    run = Run(command, cfg, None, typed_overrides(argv), argv, main)
     failed = True
     try:
         with user_errors():
@@ -103,7 +126,10 @@ def run_command(
             if accept is not None:
                 accept(run)
             if main:
-                _record(run, argv)
+                logs.add_log_file(os.path.join(run.dir, f"{run.command}.log"))
+                log.debug("%s %s", COMMANDS[run.command].name, " ".join(argv))
+            if not defer_record:
+                run.write_record()
             result = body(run)
             failed = False
             return result
@@ -133,18 +159,6 @@ def typed_overrides(argv: Sequence[str]) -> dict[str, str]:
         if sep:
             typed[key.lstrip("+")] = value
     return typed
-
-
-def _record(run: Run, argv: Sequence[str]) -> None:
-    """The log file and ``config.yaml`` (the composed config, resolved) of an accepted run."""
-    from omegaconf import OmegaConf
-
-    logs.add_log_file(os.path.join(run.dir, f"{run.command}.log"))
-    log.debug("%s %s", COMMANDS[run.command].name, " ".join(argv))
-    with open(os.path.join(run.dir, "config.yaml"), "w", encoding="utf-8") as f:
-        f.write(OmegaConf.to_yaml(run.cfg, resolve=True))
-    with open(os.path.join(run.dir, "overrides.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(argv) + ("\n" if argv else ""))
 
 
 @contextlib.contextmanager

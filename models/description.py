@@ -42,8 +42,18 @@ COCO_CATEGORY_IDS = tuple(
 )
 
 
+# How a model's classes are matched to a dataset's when it is scored on it (eval.class_map).
+CLASS_MAPS = ("strict", "by_name")
+# Differing positions named in a class-mismatch error; lists longer than this are not shown whole.
+SHOWN_CLASSES = 12
+
+
 class DescriptionError(ValueError):
     """A checkpoint's description is unreadable or contradicts what was asked."""
+
+
+class ClassMismatchError(DescriptionError):
+    """A model's class names are not the classes of the dataset it is scored on."""
 
 
 @dataclass
@@ -170,3 +180,88 @@ def _differs(value: Any, have: Any) -> bool:
         except (TypeError, ValueError):
             return True
     return str(value) != str(have)
+
+
+def numbered_names(names: Sequence[str]) -> bool:
+    """Whether ``names`` are the placeholders ``class0 ... classN-1`` that a model converted
+    without names carries (:func:`coco_or_numbered`): no names at all, for matching."""
+    return list(names) == [f"class{i}" for i in range(len(names))]
+
+
+def class_label_map(
+    model_names: Sequence[str],
+    data_names: Sequence[str],
+    class_map: str = "strict",
+    model: str = "the model",
+    data: str = "the dataset",
+) -> list[int]:
+    """The dataset's training label that each of the model's classes is scored as.
+
+    ``strict``: the names must be the dataset's, in its order (the model's class k is the
+    dataset's class k). ``by_name``: each dataset class is found by name among the model's
+    (another order, or a model of more classes: those the dataset lacks map to -1 and are
+    not scored). Anything else raises :class:`ClassMismatchError` naming ``model`` and
+    ``data`` with both lists (their first differing positions when they are long)."""
+    model_names, data_names = [str(n) for n in model_names], [str(n) for n in data_names]
+    if class_map not in CLASS_MAPS:
+        raise ValueError(
+            f"eval.class_map must be one of {', '.join(CLASS_MAPS)}, got {class_map!r}"
+        )
+    if model_names == data_names:
+        return list(range(len(model_names)))
+    if class_map == "by_name":
+        missing = [n for n in data_names if n not in model_names]
+        if missing or not data_names:
+            common = set(model_names) & set(data_names)
+            raise ClassMismatchError(
+                f"{_classes_differ(model, model_names, data, data_names)}; eval.class_map="
+                + (
+                    f"by_name: the dataset's {_shown(missing)} are not among the model's classes"
+                    if common
+                    else "by_name: the two have no class in common"
+                )
+            )
+        label_of = {name: k for k, name in enumerate(data_names)}
+        return [label_of.get(name, -1) for name in model_names]
+    hint = ""
+    if sorted(model_names) == sorted(data_names):
+        hint = (
+            "; the same names in another order: eval.class_map=by_name scores each class as "
+            "the dataset's class of its name"
+        )
+    elif set(data_names) <= set(model_names):
+        hint = (
+            "; every dataset class is among the model's: eval.class_map=by_name scores those "
+            "and leaves the others out"
+        )
+    raise ClassMismatchError(_classes_differ(model, model_names, data, data_names) + hint)
+
+
+def _classes_differ(model: str, model_names: list[str], data: str, data_names: list[str]) -> str:
+    """The sentence naming both class lists, with their first differing positions when a
+    list is too long to show whole."""
+    text = f"the classes differ: {model} has {_shown(model_names)}, {data} has {_shown(data_names)}"
+    if max(len(model_names), len(data_names)) <= SHOWN_CLASSES:
+        return text
+    if len(model_names) != len(data_names):
+        text += f" ({len(model_names)} classes / {len(data_names)} classes)"
+    differ = [
+        f"position {k}: {a!r} / {b!r}"
+        for k, (a, b) in enumerate(zip(model_names, data_names))
+        if a != b
+    ]
+    if differ:
+        more = len(differ) - 5
+        text += (
+            "; first differences "
+            + ", ".join(differ[:5])
+            + (f" and {more} more" if more > 0 else "")
+        )
+    return text
+
+
+def _shown(names: list[str]) -> str:
+    """A list of names, cut to its first ones (and its length) when long."""
+    if len(names) <= SHOWN_CLASSES:
+        return str(names)
+    return str(names[: SHOWN_CLASSES - 2])[:-1] + f", ... ({len(names)} names)]"

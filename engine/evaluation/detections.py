@@ -66,3 +66,25 @@ def detection_records(
         }
         for box, score, label in zip(boxes_xywh, scores, labels)
     ]
+
+
+def relabel_detections(
+    dets: np.ndarray, counts: np.ndarray, labels: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Detections of a model whose class ``k`` is the dataset's class ``labels[k]`` (-1:
+    a class the dataset lacks) in the dataset's labels: ``dets [B, max_det, 6]`` with the
+    class column rewritten, the unmapped detections dropped (the kept ones move up, best
+    first still), and ``counts [B]`` of those kept."""
+    table = np.asarray(labels, dtype=np.int64)
+    dets = np.asarray(dets)
+    counts = np.asarray(counts).reshape(-1)
+    out = np.zeros_like(dets)
+    kept = np.zeros_like(counts)
+    for i in range(len(dets)):
+        rows = dets[i, : int(counts[i])]
+        mapped = table[rows[:, 5].astype(np.int64)]
+        rows = rows[mapped >= 0].copy()
+        rows[:, 5] = mapped[mapped >= 0]
+        out[i, : len(rows)] = rows
+        kept[i] = len(rows)
+    return out, kept

@@ -4,11 +4,13 @@ from every rank, scored with pycocotools (:class:`~msdet.engine.evaluation.coco.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from msdet.engine.evaluation.coco import CocoEvaluator
+from msdet.engine.evaluation.detections import relabel_detections
 from msdet.engine.evaluation.speed import SpeedMeter
 
 
@@ -58,6 +60,7 @@ def evaluate_on_dataset(
     gather: RankGather | None = None,
     verbose: bool = True,
     plots: bool = False,
+    labels: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
     """Run ``detector`` (decoded predictions; or an exported file's outputs,
     ``engine.inference.exported``) and ``nms`` over an eval dataset and score it.
@@ -69,7 +72,9 @@ def evaluate_on_dataset(
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
     ``(source index, dets, count, scale)`` for drawing. ``verbose``: print the summary
     (it is written to ``coco_summary.txt`` either way); ``plots``: the evaluation plots too
-    (:meth:`CocoEvaluator.evaluate`).
+    (:meth:`CocoEvaluator.evaluate`). ``labels``: the dataset's class of each of the
+    network's (:func:`~msdet.models.description.class_label_map`; -1: not scored); None:
+    the network's classes are the dataset's.
 
     Several ranks: each evaluates its shard of the val set (``build_eval_dataset(...,
     rank, world_size)``), ``gather`` brings every rank's detections together, and the rank
@@ -100,6 +105,8 @@ def evaluate_on_dataset(
             _wait_for(preds)
         with speed.measure("nms"):
             dets, counts = (to_host(t) for t in nms(preds))
+        if labels is not None:
+            dets, counts = relabel_detections(dets, counts, labels)
         unreadable = index <= -2  # an image without detections: its ground truth counts
         counts = np.where(unreadable, 0, counts)
         index = source_position(index)

@@ -262,7 +262,9 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
     nms_settings = OmegaConf.to_container(cfg.eval, resolve=True) if with_nms else None
     if nms_settings is not None:
         nms_settings = {
-            k: v for k, v in nms_settings.items() if k not in ("img_size", "batch_size")
+            k: v
+            for k, v in nms_settings.items()
+            if k not in ("img_size", "batch_size", "class_map")
         }
     info = ExportInfo(
         format=fmt,

@@ -15,6 +15,8 @@ log = logging.getLogger("export")
 # runtime (onnxruntime's kernels, another summation order) moves scores by ~1e-6, which can
 # reorder near-tied detections; a wrong export moves mAP by far more.
 MAP_TOLERANCE = 0.002
+# Settings that name a dataset: the model's, as the user says; the default data is not.
+DATA_KEYS = ("data", "data.root", "data.classes")
 
 
 def compare_on_val(
@@ -28,30 +30,41 @@ def compare_on_val(
     Returns the report's ``val`` entry: the split, its image count, each side's mAP and
     mAP50, their difference, ``agrees`` (within :data:`MAP_TOLERANCE`) and the ``verdict``
     line; or ``{"skipped": reason}`` when the data config's split cannot be scored (it does
-    not exist, or has another class count than the model)."""
+    not exist, or has other classes than the model: an error when the command line named
+    that dataset, since the user says it is the model's)."""
     from msdet.data.build import build_val_source, dataset_classes
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
-    from msdet.engine.inference.exported import ExportedModel, exported_nms
+    from msdet.engine.inference.exported import ExportedModel, exported_nms, score_labels
+    from msdet.models.description import ClassMismatchError
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
 
+    model = ExportedModel(path)
+    info = model.info
     try:
         names, _ = dataset_classes(cfg.data)
-        if len(names) != detector.num_classes:
-            raise ValueError(
-                f"data={cfg.data.name} has {len(names)} classes, the model {detector.num_classes}"
-            )
+        labels = score_labels(
+            info.class_names,
+            info.num_classes,
+            names,
+            cfg.eval.class_map,
+            cfg.ckpt,
+            f"data={cfg.data.name}",
+        )
         val = build_val_source(cfg.data)
     except (ValueError, OSError) as err:
+        if isinstance(err, ClassMismatchError) and any(k in typed for k in DATA_KEYS):
+            raise ClassMismatchError(
+                f"{err}: {path} is written but cannot be scored on this val split "
+                "(export.val=false leaves the check out)"
+            ) from err
         log.warning(
             "the export was not scored on a val split (%s): name the model's dataset "
             "(data=...), or export.val=false",
             err,
         )
         return {"skipped": str(err)}
-    model = ExportedModel(path)
-    info = model.info
     nms_args = {
         "on_host": rt is not None and rt.host_nms,
         "kernels": rt.kernels if rt is not None else NATIVE,
@@ -71,7 +84,9 @@ def compare_on_val(
         log.info("scoring the %s on %d val images (%s)", side, len(val), val.ann_file)
         dataset = build_eval_dataset(cfg.data, val, info.img_size, info.batch_size)
         out_dir = os.path.join(run_dir, f"val_{side.split()[0]}")
-        metrics, _ = evaluate_on_dataset(net, nms, dataset, val, out_dir, verbose=False)
+        metrics, _ = evaluate_on_dataset(
+            net, nms, dataset, val, out_dir, verbose=False, labels=labels
+        )
         scores[side.split()[0]] = {"mAP": float(metrics["mAP"]), "mAP50": float(metrics["mAP50"])}
     diff = {k: scores["exported"][k] - scores["checkpoint"][k] for k in ("mAP", "mAP50")}
     agrees = all(abs(v) <= MAP_TOLERANCE for v in diff.values())

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from msdet.engine.inference.onnx_graph import OnnxEditError, read_model_metadata
+from msdet.models.description import ClassMismatchError, class_label_map, numbered_names
 
 log = logging.getLogger("msdet")
 
@@ -346,3 +347,55 @@ def load_inference_model(
         img_size=img_size,
         batch_size=info.batch_size,
     )
+
+
+def score_labels(
+    model_names: Sequence[str] | None,
+    num_classes: int,
+    data_names: Sequence[str],
+    class_map: str,
+    model: str,
+    data: str,
+) -> list[int] | None:
+    """How a model of ``num_classes`` classes named ``model_names`` (None: not described)
+    is scored on a dataset whose classes are ``data_names``: the dataset's class of each of
+    the model's (``eval.class_map``, :func:`~msdet.models.description.class_label_map`),
+    None when they are the same. ``model`` and ``data`` (the checkpoint, the annotation
+    file) name the two in messages. Names that differ are a :class:`ClassMismatchError`
+    naming both lists: an mAP under the wrong names is never reported. A model without
+    class names (a checkpoint written before msdet described them, or converted without
+    names) is scored in order, with a warning, when it has the dataset's class count."""
+    if model_names is None or numbered_names(model_names):
+        if num_classes != len(data_names):
+            raise ClassMismatchError(
+                f"{model} predicts {num_classes} classes, {data} has {len(data_names)}"
+            )
+        if class_map == "by_name":
+            raise ClassMismatchError(
+                f"eval.class_map=by_name: {model} carries no class names to map by (written "
+                "before msdet described its checkpoints, or converted without "
+                "--class-names); leave eval.class_map out to score its classes in order"
+            )
+        log.warning(
+            "%s carries no class names: its %d classes are scored as %s's, in their order "
+            "(%s); check that this is the dataset it was trained on",
+            model,
+            num_classes,
+            data,
+            ", ".join(str(n) for n in data_names[:10]) + (", ..." if len(data_names) > 10 else ""),
+        )
+        return None
+    labels = class_label_map(model_names, data_names, class_map, model, data)
+    if labels == list(range(len(data_names))):
+        return None
+    left_out = [str(n) for n, label in zip(model_names, labels) if label < 0]
+    log.info(
+        "eval.class_map=by_name: %s's classes are scored as %s's of the same name%s",
+        model,
+        data,
+        f"; {len(left_out)} that it lacks are not scored ({', '.join(left_out[:10])}"
+        f"{', ...' if len(left_out) > 10 else ''})"
+        if left_out
+        else "",
+    )
+    return labels

@@ -158,9 +158,20 @@ class Predictor:
         grey, 16-bit and BGRA arrays are converted). A file that cannot be read raises
         ``data.image_io.ImageReadError`` naming it."""
         if isinstance(image, np.ndarray):
-            img = to_bgr_uint8(image)
-        else:
+            try:
+                img = to_bgr_uint8(image)
+            except ValueError as err:
+                raise ValueError(
+                    f"Predictor.predict: {err}; it takes an image as a uint8 BGR array "
+                    "[H, W, 3] (as cv2.imread returns)"
+                ) from err
+        elif isinstance(image, (str, os.PathLike)):
             img = read_image(os.fspath(image))
+        else:
+            raise ValueError(
+                "Predictor.predict takes an image file's path or an image array [H, W, 3], "
+                f"got {type(image).__name__}"
+            )
         boxed, scale = letterbox(img, self.img_size)
         batch = np.ascontiguousarray(boxed.transpose(2, 0, 1)[None], dtype=np.float32)
         dets, counts = self.nms(self.net(self._ms.Tensor(batch)))
@@ -178,7 +189,19 @@ class Predictor:
         )
 
     def draw(self, img: np.ndarray, detections: Detections) -> np.ndarray:
-        """A copy of ``img`` with the boxes, class names and scores drawn."""
+        """A copy of ``img`` (the image :meth:`predict` was given, as an array) with the
+        boxes, class names and scores of ``detections`` drawn."""
+        if not isinstance(img, np.ndarray) or img.ndim != 3 or img.size == 0:
+            shown = type(img).__name__ if not isinstance(img, np.ndarray) else f"shape {img.shape}"
+            raise ValueError(
+                "Predictor.draw takes the image as a uint8 BGR array [H, W, 3] (cv2.imread's; "
+                f"read a file first), got {shown}"
+            )
+        if not isinstance(detections, Detections):
+            raise ValueError(
+                "Predictor.draw takes the Detections that predict returned, got "
+                f"{type(detections).__name__}"
+            )
         return draw_boxes(
             img, detections.boxes, detections.labels, self.class_names, detections.scores
         )

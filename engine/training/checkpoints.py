@@ -105,20 +105,45 @@ def save_atomic(cell: nn.Cell, path: str, extra: dict) -> None:
 
 
 def _space_note(cell: nn.Cell, path: str, err: BaseException) -> str:
-    """For a full disk: what one checkpoint needs and what is free where it goes."""
+    """For a full disk: what one checkpoint needs and what is free where it goes; for a
+    file larger than a file may be (EFBIG), the file-size limit instead."""
+    need = sum(int(p.data.nbytes) for p in cell.get_parameters() if not not_saved(p.name))
+    needs = f"a checkpoint needs about {need / 2**20:.1f} MiB"
+    if isinstance(err, OSError) and err.errno == errno.EFBIG:
+        return f": {_file_size_limit()}; {needs}"
     text = str(err).lower()
-    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
     if not (full or "no space" in text or "disk full" in text or "quota" in text):
         return ""
-    need = sum(int(p.data.nbytes) for p in cell.get_parameters() if not not_saved(p.name))
     try:
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
     except OSError:
-        return f": a checkpoint needs about {need / 2**20:.1f} MiB"
+        return f": {needs}"
     return (
-        f": a checkpoint needs about {need / 2**20:.1f} MiB and {free / 2**20:.0f} MiB are free "
+        f": {needs} and {free / 2**20:.0f} MiB are free "
         "there (a run keeps last, best and train.keep_last epoch files: free that many times "
         "a checkpoint's size)"
+    )
+
+
+def _file_size_limit() -> str:
+    """Why a file may not grow (EFBIG): this process's file-size limit when it has one,
+    else the file system's largest file."""
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        limit = None
+    else:
+        limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = None if limit == resource.RLIM_INFINITY else limit
+    if limit is not None:
+        return (
+            f"a file-size limit: this process may write files of at most {limit / 2**20:.0f} "
+            "MiB (ulimit -f); raise it (ulimit -f unlimited) where the run is started"
+        )
+    return (
+        "the file is larger than the file system there allows (FAT32, for one, stops at "
+        "4 GiB): write the run to another file system (run.dir=...)"
     )
 
 

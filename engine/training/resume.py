@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from msdet.common.config import flatten, scaled_size
 from msdet.engine.training.checkpoint_files import LAST, epoch_files, resume_candidates
+from msdet.engine.training.checkpoints import META_EPOCH
 from msdet.models.description import Description, read_description
 from msdet.models.weights import CheckpointError, read_checkpoint
 from msdet.models.yolox import architecture
@@ -164,6 +165,24 @@ def _described_config(description: Description) -> dict[str, Any]:
         scale = float(was.get("train.img_scale", 1.0))
         was["train.input_size"] = scaled_size(was["data.img_size"], scale)
     return was
+
+
+def check_epochs_left(source: ResumeSource, epochs: int) -> None:
+    """Refuse to resume a run that trained more epochs than ``train.epochs`` asks for (its
+    schedule cannot be shortened after the fact), saying how many it has and what to ask."""
+    value = source.params.get(META_EPOCH)
+    if value is None:  # no training state: restoring it says so
+        return
+    trained = int(value.asnumpy())
+    if trained <= epochs:
+        return
+    own = (source.description.config or {}).get("train", {}) if source.description else {}
+    theirs = f" (its own schedule is {own['epochs']})" if "epochs" in own else ""
+    raise ValueError(
+        f"train.resume: {source.path} has trained {trained} epochs already, more than "
+        f"train.epochs={epochs} asks for{theirs}: resume with train.epochs={trained} or more "
+        "(or leave train.epochs out to keep the run's own); nothing was changed"
+    )
 
 
 def _model_mismatches(description: Description, cfg: Any, class_names: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mindspore import nn
@@ -34,7 +35,7 @@ from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered
 from msdet.engine.training.callbacks.compile import CompileTrainingGraph
-from msdet.engine.training.callbacks.console import EpochSummary, StepProgress
+from msdet.engine.training.callbacks.console import EpochLine, EpochSummary, StepProgress
 from msdet.engine.training.callbacks.evaluation import EvalCallback
 from msdet.engine.training.callbacks.monitoring import StepStats, UnreadableImagesReport
 from msdet.engine.training.callbacks.monitors import EpochTimeMonitor, StepLossMonitor
@@ -53,7 +54,12 @@ from msdet.engine.training.multiscale import (
     all_sizes,
     compile_cache_enabled,
 )
-from msdet.engine.training.resume import ResumeSource, check_resume_fits, load_resume_source
+from msdet.engine.training.resume import (
+    ResumeSource,
+    check_epochs_left,
+    check_resume_fits,
+    load_resume_source,
+)
 from msdet.engine.training.run_record import RESULTS_CSV, read_results
 from msdet.engine.training.schedule import Schedule, multiscale_settings, sink_plan
 from msdet.engine.training.step import TrainStep, build_train_step
@@ -70,12 +76,16 @@ class TrainingFailedError(RuntimeError):
     """The run stopped on an error it detected (non-finite loss, diverged loss scale)."""
 
 
-def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
+def run_training(
+    cfg: Any, rt: Runtime, accepted: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """Train ``cfg.model`` on ``cfg.data`` with ``cfg.train``; returns the final metrics.
 
     Every artefact lands in ``rt.run_dir``: checkpoints/, tensorboard/, results.csv,
     results.png, eval/ (latest evaluation), the evaluation plots and metrics.json (final
-    evaluation, from the best checkpoint). Only rank 0 writes them.
+    evaluation, from the best checkpoint). Only rank 0 writes them. ``accepted()`` is
+    called once every check passed, just before the run does anything (train.py writes the
+    run's config record then: a refused resume leaves the folder's record as it was).
     """
     tcfg = cfg.train
     # The training input as load_config resolved it (data.img_size x train.img_scale);
@@ -92,6 +102,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     if tcfg.resume:
         source = load_resume_source(str(tcfg.resume), rt.run_dir)
         check_resume_fits(source, cfg, train_src.class_names)
+        check_epochs_left(source, int(tcfg.epochs))
     freeze_level = prepare_fine_tuning(net, tcfg, source.path if source else None)
     net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
     loss = YOLOXLoss(
@@ -169,7 +180,9 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     )
     _log_plan(cfg, rt, plan)
     if start_epoch >= plan.epochs:
-        return _finished_run(rt, evaluation, plan.epochs)
+        return _finished_run(rt, evaluation, plan.epochs, accepted)
+    if accepted is not None:
+        accepted()
 
     started = time.time()
     try:
@@ -234,9 +247,15 @@ def _resume(train_step: TrainStep, source: ResumeSource, plan: Schedule, rt: Run
     return resume
 
 
-def _finished_run(rt: Runtime, evaluation: TrainingEvaluation, epochs: int) -> dict[str, Any]:
-    """A resumed run that had trained all its epochs: its final metrics, or, when a kill
-    stopped it before they were written, its final evaluation now."""
+def _finished_run(
+    rt: Runtime,
+    evaluation: TrainingEvaluation,
+    epochs: int,
+    accepted: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """A resumed run that had trained all its epochs: its final metrics (the folder left
+    as it is), or, when a kill stopped it before they were written, its final evaluation
+    now (``accepted()`` first)."""
     path = os.path.join(rt.run_dir, METRICS_FILE)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
@@ -249,6 +268,8 @@ def _finished_run(rt: Runtime, evaluation: TrainingEvaluation, epochs: int) -> d
         )
         return metrics
     log.info("all %d epochs trained; the final evaluation is missing: evaluating now", epochs)
+    if accepted is not None:
+        accepted()
     return evaluation.final(last_was_best=False)
 
 
@@ -410,6 +431,7 @@ def _build_callbacks(
                 meta,
             ),
             ResultsCallback(state, rt.run_dir),
+            EpochLine(state),
         ]
         if tcfg.tensorboard:
             cbs.append(

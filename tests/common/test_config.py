@@ -241,3 +241,18 @@ def test_only_the_resolver_computes_the_training_size():
                 definitions.add(rel)
     assert readers and readers <= READS_THE_SCALE, sorted(readers - READS_THE_SCALE)
     assert definitions == {"common/config.py"}
+
+
+def test_a_data_path_that_does_not_exist_says_no_such_folder(tmp_path):
+    """Issue: data=path/typo said "no such data config", as if a config name was meant."""
+    (tmp_path / "boats").mkdir()
+    with pytest.raises(ConfigError) as err:
+        load_config("train", [f"data={tmp_path}/boast"])
+    text = str(err.value)
+    assert f"data={tmp_path}/boast: no such folder or file ({tmp_path / 'boast'})" in text
+    assert "did you mean boats?" in text and "no such data config" not in text
+    for typed in ("datasets/boats", "boats.yaml", "./boats"):
+        with pytest.raises(ConfigError, match=rf"data={typed}: no such folder or file"):
+            load_config("train", [f"data={typed}"])
+    with pytest.raises(ConfigError, match="no such data config; did you mean shapes"):
+        load_config("train", ["data=shape"])  # a name: one of configs/data/

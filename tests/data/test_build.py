@@ -115,15 +115,74 @@ def test_undecodable_images_are_refused_and_missing_ones_counted(tmp_path, caplo
         build_sources(cfg)
 
 
-def test_train_and_val_naming_classes_differently_is_a_warning(tmp_path, caplog):
+def test_train_and_val_naming_classes_differently_is_an_error_naming_both(tmp_path):
+    """One id, two names: checkpoints would carry train's names, evaluation report val's."""
     import json
-    import logging
 
     cfg = shapes_as_coco(tmp_path)
     path = tmp_path / "set" / "annotations" / "instances_val.json"
     data = json.loads(path.read_text())
     data["categories"][0]["name"] = "circle"
     path.write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+    with pytest.raises(
+        ValueError,
+        match=r"train and val name their categories differently: .*instances_train.json has "
+        r"\['disc', 'rectangle', 'triangle'\], .*instances_val.json has \['circle', "
+        r"'rectangle', 'triangle'\] \(id 1: 'disc' / 'circle'\)",
+    ):
         build_sources(cfg)
-    assert "name their categories differently" in caplog.text and "'disc' / 'circle'" in caplog.text
+
+
+def test_missing_images_are_left_out_and_too_many_are_an_error_naming_examples(tmp_path, caplog):
+    """Issue: data.train.img_dir at another split (40 of 48 files missing): the warning said
+    "skipped", yet the split kept its 48 images and training drew others in their place."""
+    import logging
+    import shutil
+
+    cfg = shapes_as_coco(tmp_path)
+    train_dir = tmp_path / "set" / "train"
+    files = sorted(train_dir.iterdir())
+    (tmp_path / "moved").mkdir()
+    for f in files[:2]:  # 2 of 6 missing: left out, counted as they are
+        shutil.move(str(f), str(tmp_path / "moved" / f.name))
+    with caplog.at_level(logging.WARNING, logger="msdet.data.build"):
+        train, _ = build_sources(cfg)
+    assert len(train) == 4
+    assert {os.path.basename(train.image_path(i)) for i in range(4)} == {f.name for f in files[2:]}
+    assert "2 of 6 images of" in caplog.text and "left out: training has the other 4" in caplog.text
+    for f in files[2:5]:  # 5 of 6 missing: the folder is not this split's
+        shutil.move(str(f), str(tmp_path / "moved" / f.name))
+    with pytest.raises(FileNotFoundError) as err:
+        build_sources(cfg)
+    text = str(err.value)
+    assert (
+        f"5 of the 6 images of {tmp_path / 'set' / 'annotations' / 'instances_train.json'}" in text
+    )
+    assert f"are not in {train_dir}" in text and files[0].name in text and files[1].name in text
+    assert "check data.train.img_dir" in text
+
+
+def test_a_train_split_without_a_usable_box_is_an_error_saying_why(tmp_path):
+    """Issue: empty annotations, or string image ids (every annotation skipped), trained on
+    without a box to learn."""
+    import json
+
+    cfg = shapes_as_coco(tmp_path)
+    path = tmp_path / "set" / "annotations" / "instances_train.json"
+    data = json.loads(path.read_text())
+    anns = data["annotations"]
+    path.write_text(json.dumps({**data, "annotations": []}))
+    with pytest.raises(ValueError, match=r"instances_train.json: no usable box to train on: "
+                       r"it has no annotations"):  # fmt: skip
+        build_sources(cfg)
+    as_text = [{**a, "image_id": str(a["image_id"])} for a in anns]
+    path.write_text(json.dumps({**data, "annotations": as_text}))
+    with pytest.raises(ValueError) as err:
+        build_sources(cfg)
+    text = str(err.value)
+    assert f"all {len(anns)} annotations are skipped as malformed" in text
+    first = anns[0]
+    assert (
+        f"id {first['id']} (image_id '{first['image_id']}' is text: the images' ids are "
+        "integers)" in text
+    )

@@ -57,7 +57,7 @@ def broken(tmp_path):
         image(9, "dup-id.jpg"),  # no annotations either
         image(5, "cat-01.jpg"),  # duplicate file name
         image(6, "tiny.jpg"),
-        image(7, "missing.jpg"),  # not on disk: unreadable too
+        image(7, "missing.jpg"),  # not on disk
         image(8, "size.jpg"),
     ]
     anns = [
@@ -83,7 +83,9 @@ def test_every_problem_is_counted_exactly(broken):
     check = check_split(str(broken), "ann/train.json", "imgs", IMG_SIZE)
     counts = {key: p.count for key, p in check.problems.items()}
     assert counts == {
-        "unreadable_image": 2,
+        "missing_image": 1,
+        "unreadable_image": 1,
+        "bad_label_file": 0,  # a COCO dataset: data.check of a YOLO folder counts them
         "size_mismatch": 1,
         "duplicate_file_name": 1,
         "malformed_annotation": 1,
@@ -111,7 +113,7 @@ def test_every_problem_is_counted_exactly(broken):
 def test_problem_examples_name_the_file_and_the_entry(broken):
     p = check_split(str(broken), "ann/train.json", "imgs", IMG_SIZE).problems
     assert any("corrupt.jpg" in e and "truncated" in e for e in p["unreadable_image"].examples)
-    assert any("missing.jpg" in e for e in p["unreadable_image"].examples)
+    assert p["missing_image"].examples == ["'missing.jpg'"]
     assert p["size_mismatch"].examples == ["'size.jpg': 50x40 pixels, annotated 100x80"]
     assert p["duplicate_file_name"].examples == ["'cat-01.jpg': ids 1 and 5"]
     assert p["unknown_category_id"].examples == [
@@ -241,7 +243,7 @@ def test_command_prints_the_report_and_writes_json_and_labels_plot(broken, capsy
     )  # fmt: skip
     assert status == 0  # warnings only
     printed = capsys.readouterr().out
-    assert "warning: unreadable_image: 2" in printed
+    assert "warning: unreadable_image: 1" in printed and "warning: missing_image: 1" in printed
     assert "boxes per class: cat 6, dog 3, emu 0" in printed
     assert printed.splitlines()[-2] == "15 warnings, 0 errors"
     report = json.loads((out / "data_check.json").read_text())
@@ -274,3 +276,55 @@ def test_duplicate_image_ids_are_an_error_listing_them(tmp_path):
         DatasetError, match=r"2 image entries reuse .*'a.jpg' and 'b.jpg'; .*'c.jpg'"
     ):
         check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+
+
+def test_two_categories_of_one_name_are_an_error_with_each_ones_boxes(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    cars = [{"id": 3, "name": "car"}, {"id": 8, "name": "dog"}, {"id": 9, "name": "car"}]
+    boxes = [ann(1, 1, 3, [0, 0, 20, 20]), ann(2, 1, 9, [30, 30, 20, 20]),
+             ann(3, 1, 9, [50, 50, 20, 20]), ann(4, 1, 8, [5, 50, 20, 20])]  # fmt: skip
+    write_split(tmp_path, [image(1, "a.jpg")], boxes, cars)
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.classes == {"car (id 3)": 1, "dog": 1, "car (id 9)": 2}
+    assert len(check.errors) == 1
+    assert "train.json: categories 3 and 9 are both named 'car'" in check.errors[0]
+
+
+def test_train_and_val_naming_one_id_differently_is_an_error(broken):
+    renamed = [dict(CATEGORIES[0], name="kitten"), *CATEGORIES[1:]]
+    write_split(broken, [image(1, "cat-01.jpg")], [ann(1, 1, 3, [10, 10, 30, 30])], renamed, "val")
+    train, _ = check_dataset(data_cfg(broken), ["train", "val"], workers=1)
+    assert train.errors == [
+        "train and val name their categories differently: id 3: 'cat' (train) / 'kitten' (val)"
+    ]
+
+
+def test_a_split_mostly_missing_from_its_folder_is_an_error_naming_examples(tmp_path):
+    """As training refuses it: more than half of the files missing is a wrong folder."""
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    images = [image(1, "a.jpg"), image(2, "b.jpg"), image(3, "c.jpg")]
+    write_split(tmp_path, images, [ann(1, 1, 3, [0, 0, 10, 10])])
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.problems["missing_image"].count == 2
+    assert check.errors == [
+        f"train: 2 of the 3 images are not in {tmp_path / 'imgs'} (e.g. 'b.jpg', 'c.jpg'): a "
+        "wrong image folder? Training refuses a split missing more than 50% of its files"
+    ]
+
+
+def test_a_train_split_without_a_usable_box_is_an_error_in_the_report(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(encoded(80, 100))
+    write_split(tmp_path, [image(1, "a.jpg")], [ann(1, "1", 3, [0, 0, 20, 20])])
+    check = check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE)
+    assert check.counts["training_boxes"] == 0
+    assert check.problems["malformed_annotation"].examples == [
+        "annotation 1: image_id '1' is text: the images' ids are integers"
+    ]
+    assert check.errors == [
+        f"{tmp_path / 'ann' / 'train.json'}: no usable box to train on: all 1 annotations are "
+        "skipped as malformed: id 1 (image_id '1' is text: the images' ids are integers)"
+    ]
+    assert check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE, "val").errors == []

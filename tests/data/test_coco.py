@@ -176,3 +176,16 @@ def test_broken_image_entry_fails_at_start_up(coco_dir):
     (coco_dir / "annotations" / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match="image entry needs"):
         CocoSource(str(coco_dir), "annotations/bad.json", "images")
+
+
+def test_two_categories_of_one_name_are_an_error_naming_file_ids_and_name(coco_dir):
+    """Their boxes would train two classes that every output names alike."""
+    dataset = {
+        "images": [{"id": 1, "file_name": "a.jpg", "height": 60, "width": 80}],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "car"}, {"id": 2, "name": "bus"},
+                       {"id": 5, "name": "car"}],
+    }  # fmt: skip
+    (coco_dir / "annotations" / "cars.json").write_text(json.dumps(dataset))
+    with pytest.raises(ValueError, match=r"cars.json: categories 1 and 5 are both named 'car'"):
+        CocoSource(str(coco_dir), "annotations/cars.json", "images")

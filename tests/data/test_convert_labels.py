@@ -147,3 +147,30 @@ def test_voc_missing_split_file_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["voc", "--root", str(tmp_path), "--split", "val", "--out", str(tmp_path / "o.json")])
     assert "ImageSets/Main/val.txt" in capsys.readouterr().err
+
+
+def test_every_bad_label_file_is_listed_not_only_the_first(yolo_dir):
+    """Issue: the conversion (and data.check with it) stopped at the first bad file."""
+    (yolo_dir / "labels" / "a.txt").write_text("0 0.5 0.5 0.2\n7 0.5 0.5 0.2 0.2\n")
+    (yolo_dir / "labels" / "sub" / "b.txt").write_text("1 200 150 40 30\n")
+    with pytest.raises(ConversionError) as err:
+        yolo_to_coco(str(yolo_dir / "images"), str(yolo_dir / "labels"), CLASSES)
+    text = str(err.value)
+    assert "2 of 3 images cannot be converted" in text
+    assert "a.txt:1: expected 'class cx cy w h', got 4 values" in text
+    assert "a.txt:2: class 7 outside 0..2" in text  # every bad line of a file
+    assert "b.txt:1: box 200 150 40 30 is outside 0..1" in text
+
+
+def test_bad_label_files_can_be_skipped_with_their_images(yolo_dir):
+    """Training's way (as Ultralytics): a bad label file leaves its image out, named."""
+    (yolo_dir / "labels" / "a.txt").write_text("0 0.5 0.5 0.2\n")
+    skipped = []
+    dataset = yolo_to_coco(str(yolo_dir / "images"), str(yolo_dir / "labels"), CLASSES, skipped)
+    assert [img["file_name"] for img in dataset["images"]] == ["negative.jpg", "sub/b.png"]
+    assert len(dataset["annotations"]) == 1 and dataset["annotations"][0]["image_id"] == 2
+    assert len(skipped) == 1 and "a.txt:1: expected 'class cx cy w h'" in skipped[0]
+    (yolo_dir / "labels" / "sub" / "b.txt").write_text("9 0.5 0.5 0.2 0.2\n")
+    (yolo_dir / "images" / "negative.jpg").write_bytes(b"not an image")
+    with pytest.raises(ConversionError, match=r"none of the 3 images can be converted"):
+        yolo_to_coco(str(yolo_dir / "images"), str(yolo_dir / "labels"), CLASSES, [])

@@ -101,3 +101,52 @@ def test_labels_are_where_ultralytics_puts_them():
     assert labels_folder("/images/d/images") == "/images/d/labels"
     with pytest.raises(DatasetFolderError, match="has no 'images'"):
         labels_folder("/d/pictures/train")
+
+
+def test_a_split_whose_first_image_is_missing_is_still_found(tmp_path):
+    """Issue: the folder of a split was looked for by its first image alone: with that one
+    file missing, 38 of 48 present were refused as "in none of train/...". A sample of the
+    files decides; none of them anywhere is still an error naming what was looked for."""
+    from omegaconf import OmegaConf
+
+    from msdet.common.config import CONFIG_DIR
+
+    shapes = OmegaConf.load(os.path.join(CONFIG_DIR, "data", "shapes.yaml"))
+    shapes.root, shapes.num_train, shapes.num_val = str(tmp_path / "set"), 6, 3
+    build_sources(shapes)
+    train_files = sorted((tmp_path / "set" / "train").iterdir())
+    train_files[0].unlink()  # the annotation file's first image
+    layout = find_layout(str(tmp_path / "set"), str(tmp_path))
+    assert layout.splits["train"][1] == str(tmp_path / "set" / "train")
+    for f in train_files[1:]:
+        f.unlink()
+    with pytest.raises(DatasetFolderError, match=r"none of 6 images .*\(e.g. "):
+        find_layout(str(tmp_path / "set"), str(tmp_path))
+
+
+def test_bad_label_files_are_skipped_with_a_warning_and_listed_by_data_check(
+    ultralytics, tmp_path, caplog
+):
+    """Training leaves a bad label file's image out, naming the file (each run, also when
+    the conversion is cached); data.check lists every such file instead of stopping at the
+    first; only a split with nothing convertible is an error."""
+    from msdet.data.check import check_dataset
+
+    (ultralytics / "labels" / "train" / "0.txt").write_text("0 0.5 0.5\n")
+    (ultralytics / "labels" / "train" / "2.txt").write_text("5 0.5 0.5 0.2 0.2\n")
+    cfg = load_config("train", [f"data={ultralytics}", f"data.cache_dir={tmp_path / 'cache'}"])
+    for _ in range(2):  # converted, then cached
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="msdet.data.folders"):
+            train, _ = build_sources(cfg.data)
+        assert len(train) == 1
+        assert "2 of 3 images of" in caplog.text and "left out" in caplog.text
+        assert "0.txt:1: expected 'class cx cy w h', got 3 values" in caplog.text
+        assert "2.txt:1: class 5 outside 0..1" in caplog.text
+    train_check, val_check = check_dataset(cfg.data, ["train", "val"], workers=1)
+    problem = train_check.problems["bad_label_file"]
+    assert problem.count == 2 and any("2.txt:1: class 5" in e for e in problem.examples)
+    assert val_check.problems["bad_label_file"].count == 0
+    (ultralytics / "labels" / "train" / "1.txt").write_text("x\n")
+    with pytest.raises(DatasetFolderError, match=r"none of the 3 images can be converted"):
+        build_sources(cfg.data)

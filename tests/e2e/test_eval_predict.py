@@ -219,3 +219,40 @@ def test_a_checkpoint_without_description_still_loads_with_todays_flags(tmp_path
     # Without model= it is built as the default nano and the shapes do not fit: named.
     out = _predict(tmp_path / "nano", tmp_path / "cache", *common)
     assert out.returncode == 1 and "check model=" in out.stderr + out.stdout
+
+
+def test_eval_refuses_other_class_names_and_maps_them_by_name_when_asked(cache_dir, tmp_path):
+    """A checkpoint whose classes are the dataset's in another order: an error naming both
+    lists (never an mAP under the wrong names); with eval.class_map=by_name each detection
+    is scored under the dataset's class of its name: the same detections as the same
+    weights described in the dataset's order, their category ids moved accordingly."""
+    import mindspore as ms
+
+    from tests.engine.inference.test_exported import varied_nano
+
+    order = ["triangle", "disc", "rectangle"]
+    data_ids = {"disc": 1, "rectangle": 3, "triangle": 7}
+    for name, names in (("other", order), ("same", list(data_ids))):
+        ms.set_seed(0)  # the same weights (those varied_nano leaves to the initialisers too)
+        varied_nano(tmp_path / f"{name}.ckpt", names=names)
+    low = "eval.conf_thresh=0.001"
+    out = run_entry("eval.py", tmp_path / "strict", cache_dir, f"ckpt={tmp_path}/other.ckpt", low)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (
+        "the classes differ: " + str(tmp_path / "other.ckpt") + " has ['triangle', 'disc', "
+        "'rectangle'], " in out.stdout
+    )
+    assert "instances_val.json has ['disc', 'rectangle', 'triangle']" in out.stdout
+    assert "eval.class_map=by_name" in out.stdout
+    assert not (tmp_path / "strict" / "metrics.json").exists()
+
+    runs = {}
+    for name, extra in (("other", "eval.class_map=by_name"), ("same", low)):
+        run_dir = tmp_path / f"eval_{name}"
+        out = run_entry("eval.py", run_dir, cache_dir, f"ckpt={tmp_path}/{name}.ckpt", low, extra)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        runs[name] = json.loads((run_dir / "detections.json").read_text())
+    assert len(runs["same"]) > 0
+    # Model class k: the dataset's k-th id under `same`, the id of order[k]'s name under `other`.
+    moved = {data_ids[n]: data_ids[order[k]] for k, n in enumerate(data_ids)}
+    assert [{**d, "category_id": moved[d["category_id"]]} for d in runs["same"]] == runs["other"]

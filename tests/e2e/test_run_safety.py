@@ -74,9 +74,15 @@ def test_a_run_killed_in_its_final_evaluation_completes_it_on_resume(finished, t
     assert got["mAP"] == pytest.approx(want["mAP"], abs=1e-9)
 
 
+def record_of(run_dir) -> dict[str, str]:
+    """The run's config record: what a refused command must leave as it was."""
+    return {n: (run_dir / n).read_text() for n in ("config.yaml", "overrides.txt")}
+
+
 def test_resume_with_other_classes_or_size_is_refused_naming_both(finished, tmp_path, cache_dir):
     run_dir = copy_of(finished, tmp_path)
     listing = sorted(os.listdir(run_dir / "checkpoints"))
+    record = record_of(run_dir)
     out = run_entry(
         "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "data=shapes_stars"
     )
@@ -94,9 +100,12 @@ def test_resume_with_other_classes_or_size_is_refused_naming_both(finished, tmp_
         "[160, 160]" in output(out)
     )
     assert sorted(os.listdir(run_dir / "checkpoints")) == listing
+    assert record_of(run_dir) == record  # the refused commands' settings are not the run's
 
 
-def test_resume_with_more_epochs_and_another_lr_logs_the_changes(finished, tmp_path, cache_dir):
+def test_resume_with_more_epochs_and_another_lr_logs_the_changes_and_fewer_is_refused(
+    finished, tmp_path, cache_dir
+):
     run_dir = copy_of(finished, tmp_path)
     out = run_entry(
         "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "train.epochs=2",
@@ -106,6 +115,16 @@ def test_resume_with_more_epochs_and_another_lr_logs_the_changes(finished, tmp_p
     log = (run_dir / "train.log").read_text()
     assert "resume: train.epochs changed from 1 to 2" in log
     assert "resume: train.lr_per_img changed from" in log and "to 0.002" in log
+    assert [r["epoch"] for r in read_results(run_dir)] == [1, 2]
+    assert "epochs: 2" in (run_dir / "config.yaml").read_text()
+    # Issue: train.epochs=1 on this 2-epoch run said "all 1 epochs trained" and rewrote
+    # the record.
+    record = record_of(run_dir)
+    out = run_entry("train.py", run_dir, cache_dir, *QUIET, "train.resume=auto")
+    assert out.returncode == 1, output(out)[-3000:]
+    assert "has trained 2 epochs already, more than train.epochs=1 asks for" in output(out)
+    assert "all 1 epochs trained" not in output(out)
+    assert record_of(run_dir) == record
     assert [r["epoch"] for r in read_results(run_dir)] == [1, 2]
 
 
@@ -138,7 +157,7 @@ def test_resume_of_another_run_into_a_used_folder_leaves_it_untouched(
 
 
 def limit_file_size(limit: int):
-    """A file-size limit: every write past ``limit`` bytes fails (EFBIG), as on a full disk."""
+    """A file-size limit: every write past ``limit`` bytes fails (EFBIG)."""
 
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -147,17 +166,17 @@ def limit_file_size(limit: int):
     return apply
 
 
-def test_a_full_disk_stops_the_run_cleanly_and_writes_nothing_after(tmp_path, cache_dir):
+def test_a_file_size_limit_stops_the_run_cleanly_and_writes_nothing_after(tmp_path, cache_dir):
     """A checkpoint (about 11 MB for this model) cannot be written; the run's small files
-    can. The run stops with the space it needs, leaves no partial file, and records no epoch
-    it has no checkpoint of."""
+    can. The run stops naming the limit (not as a full disk) and the space it needs,
+    leaves no partial file, and records no epoch it has no checkpoint of."""
     run_dir = tmp_path / "full"
     out = run_entry("train.py", run_dir, cache_dir, *QUIET, preexec_fn=limit_file_size(4 * 2**20))
     assert out.returncode == 1, output(out)[-3000:]
     text = output(out)
-    assert (
-        "could not write" in text and "MiB are free" in text and "a checkpoint needs about" in text
-    )
+    assert "could not write" in text and "a checkpoint needs about" in text
+    assert "a file-size limit: this process may write files of at most 4 MiB" in text
+    assert "MiB are free" not in text
     assert "Traceback" not in out.stderr.split("error:")[0]
     assert os.listdir(run_dir / "checkpoints") == []  # no partial file of any name
     assert not (run_dir / "results.csv").exists() and not (run_dir / "metrics.json").exists()

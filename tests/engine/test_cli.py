@@ -232,3 +232,30 @@ def test_options_that_are_not_settings_are_refused(tmp_path):
     out = entry("predict.py", "--conf", "0.5", cwd=tmp_path)
     assert out.returncode == 2
     assert "--conf: predict.py takes settings as key=value" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_deferred_record_is_written_only_once_the_body_accepts_the_run(tmp_path):
+    """train.py decides late (a resume that is another model is refused once the data is
+    read): until its body says so, the folder's config.yaml and overrides.txt stay those of
+    the run that made it."""
+    claim(tmp_path, "run.name=a")
+    folder = tmp_path / "tool" / "a"
+    before = {n: (folder / n).read_text() for n in ("config.yaml", "overrides.txt")}
+    argv = [f"run.root={tmp_path}", "run.name=a", "data.num_train=7"]
+
+    def refuse(run):
+        raise ValueError("another model")
+
+    with pytest.raises(SystemExit):
+        run_command("tool", refuse, argv=argv, main_rank=True, defer_record=True)
+    assert {n: (folder / n).read_text() for n in before} == before
+    assert "error: another model" in (folder / "tool.log").read_text()  # the log has it
+
+    def accept(run):
+        run.write_record()
+        run.write_record()  # once is enough: a second call writes nothing new
+
+    run_command("tool", accept, argv=argv, main_rank=True, defer_record=True)
+    assert "num_train: 7" in (folder / "config.yaml").read_text()
+    assert (folder / "overrides.txt").read_text() == "\n".join(argv) + "\n"

@@ -6,7 +6,9 @@ metrics, the epoch's row of figures). Each callback therefore declares its ``pha
 :data:`MEASURE` (per-step statistics), :data:`EVALUATE` (writes ``metrics``, ``evaluated``,
 ``is_best``, ``best_map``), :data:`SUMMARISE` (reads those and the sums, appends the epoch's
 row to ``history``), :data:`RECORD` (reads the row and the best mAP: checkpoints,
-results.csv, TensorBoard) and :data:`DECIDE` (reads them to stop the run). :func:`ordered`
+results.csv, TensorBoard), :data:`REPORT` (the epoch's console line, once its checkpoint
+is on disk: a user who stops the run on seeing it keeps the epoch) and :data:`DECIDE`
+(reads them to stop the run). :func:`ordered`
 sorts a callback list by phase, so the list can be built in any order; within a phase
 callbacks do not depend on each other.
 
@@ -37,7 +39,7 @@ from msdet.engine.training.step_stats import LOSS_TERMS
 log = logging.getLogger("train")
 
 # Phases (see the module docstring): lower runs first at every callback point.
-MEASURE, EVALUATE, SUMMARISE, RECORD, DECIDE = range(5)
+MEASURE, EVALUATE, SUMMARISE, RECORD, REPORT, DECIDE = range(6)
 
 
 @dataclass

@@ -6,15 +6,22 @@ import logging
 import time
 
 from msdet.common.progress import Progress
-from msdet.engine.training.callbacks.base import MEASURE, SUMMARISE, EpochCallback, TrainState
+from msdet.engine.training.callbacks.base import (
+    MEASURE,
+    REPORT,
+    SUMMARISE,
+    EpochCallback,
+    TrainState,
+)
 from msdet.engine.training.step_stats import LOSS_TERMS
 
 log = logging.getLogger("train")
 
 
 class EpochSummary(EpochCallback):
-    """One line per epoch: losses, lr, images/s, ETA, latest mAP. Reads the sums and what
-    :class:`EvalCallback` wrote; appends the epoch's row to ``history``."""
+    """The epoch's row of figures: losses, lr, images/s, time, latest mAP. Reads the sums
+    and what :class:`EvalCallback` wrote; appends the row to ``history`` (results.csv and
+    TensorBoard record it, :class:`EpochLine` prints it)."""
 
     phase = SUMMARISE
 
@@ -23,8 +30,6 @@ class EpochSummary(EpochCallback):
         seconds = time.time() - st.epoch_start
         st.epoch_seconds.append(seconds)
         means = st.means()
-        recent = st.epoch_seconds[-3:]
-        eta = (st.epochs - epoch) * sum(recent) / len(recent)
         row = {
             "epoch": epoch,
             **{f"loss_{k}": means[k] for k in LOSS_TERMS},
@@ -39,6 +44,22 @@ class EpochSummary(EpochCallback):
             row["loss_scale"] = st.loss_scale
             row["skipped_steps"] = float(st.overflow_steps)
         st.history.append(row)
+
+
+class EpochLine(EpochCallback):
+    """One line per epoch: losses, lr, images/s, time, ETA, latest mAP; printed after the
+    epoch's checkpoint is written (phase :data:`REPORT`), so that the line means the epoch
+    is saved. An epoch whose checkpoint could not be written says so."""
+
+    phase = REPORT
+
+    def end_epoch(self, epoch, run_context):
+        st = self.state
+        if not st.history or st.history[-1]["epoch"] != epoch:
+            return
+        row = st.history[-1]
+        recent = st.epoch_seconds[-3:]
+        eta = (st.epochs - epoch) * sum(recent) / max(len(recent), 1)
         latest = ""
         if st.metrics:
             latest = f"mAP {st.metrics['mAP']:.3f} mAP50 {st.metrics['mAP50']:.3f}"
@@ -46,7 +67,7 @@ class EpochSummary(EpochCallback):
                 latest = f"(last eval: {latest})"
         log.info(
             "epoch %d/%d  loss %.3f (iou %.3f obj %.3f cls %.3f l1 %.3f)  fg %.1f  lr %.2e  "
-            "%.1f img/s  %s  ETA %s  %s",
+            "%.1f img/s  %s  ETA %s  %s%s",
             epoch,
             st.epochs,
             row["loss_total"],
@@ -55,11 +76,12 @@ class EpochSummary(EpochCallback):
             row["loss_cls"],
             row["loss_l1"],
             row["num_fg"],
-            st.lr,
+            row["lr"],
             row["images_per_s"],
-            duration_text(seconds),
+            duration_text(row["epoch_s"]),
             duration_text(eta),
             latest,
+            "  (not saved)" if st.failure else "",
         )
         if st.overflow_steps:
             log.info(

@@ -367,3 +367,42 @@ def test_images_resized_after_labelling_are_scored_in_the_annotations_coordinate
     with contextlib.redirect_stdout(io.StringIO()):
         metrics = ev.evaluate()
     assert metrics["mAP50"] == pytest.approx(1.0) and metrics["mAP"] > 0.9
+
+
+def test_a_model_with_its_classes_in_another_order_is_scored_by_its_label_map(tmp_path):
+    """A model whose class k is the dataset's class labels[k] (eval.class_map=by_name): its
+    detections count under the dataset's class of that name; a class the dataset lacks
+    (-1) is not scored at all."""
+    from msdet.engine.evaluation.detections import relabel_detections
+    from msdet.engine.evaluation.loop import evaluate_on_dataset
+
+    _, objects = ground_truth()
+    dets, counts, _, _, _ = model_detections(objects)
+    # The model's order: triangle, disc, box, then a class of its own (dog).
+    labels = [2, 0, 1, -1]
+    model_label = {0: 1, 1: 2, 2: 0}  # dataset label -> the model's
+    as_model = dets.copy()
+    for i in range(len(dets)):
+        as_model[i, : counts[i], 5] = [model_label[int(v)] for v in dets[i, : counts[i], 5]]
+    # Image 1 (box) also gets a confident "dog" first: dropped, not scored as anything.
+    as_model[1, 1:] = as_model[1, :-1].copy()
+    as_model[1, 0] = [0, 0, 10, 10, 0.99, 3]
+    model_counts = counts.copy()
+    model_counts[1] += 1
+
+    moved, kept = relabel_detections(as_model, model_counts, labels)
+    np.testing.assert_array_equal(kept, counts)
+    np.testing.assert_array_equal(moved[:, :, 5], dets[:, :, 5])
+
+    metrics, _ = evaluate_on_dataset(
+        lambda images: images,
+        lambda preds: (as_model, model_counts),
+        _Batches([0, 1, 2, 3]),
+        _Source(),
+        str(tmp_path),
+        verbose=False,
+        labels=labels,
+    )
+    assert metrics["mAP"] == pytest.approx(1.0)
+    assert metrics["per_class"] == pytest.approx({"disc": 1.0, "box": 1.0, "triangle": 1.0})
+    assert metrics["detections"] == 4

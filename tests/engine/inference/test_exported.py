@@ -129,7 +129,7 @@ def test_a_checkpoint_runs_at_its_described_size_unless_one_is_typed():
         inference_size(cfg, {}, described=[100, 100], path="best.ckpt")
 
 
-def varied_nano(path, size: int = 64) -> None:
+def varied_nano(path, size: int = 64, names=("disc", "rectangle", "triangle")) -> None:
     """A described 3-class nano whose scores vary from anchor to anchor as a trained one's
     do: He-normal convolutions (the stem scaled for 0-255 input), spread head biases. (A
     random init scores every anchor of a level alike: their order after NMS is arbitrary.)"""
@@ -150,8 +150,7 @@ def varied_nano(path, size: int = 64) -> None:
             value = rng.normal(-0.5, 1.0, param.shape)
         if value is not None:
             param.set_data(ms.Tensor(value.astype(np.float32)))
-    names, ids = ["disc", "rectangle", "triangle"], [1, 3, 7]
-    description = describe(cfg, 3, names, ids, [size, size], "train")
+    description = describe(cfg, 3, list(names), [1, 3, 7], [size, size], "train")
     ms.save_checkpoint(net, str(path), append_dict={DESCRIPTION_KEY: description.to_json()})
 
 

@@ -199,3 +199,26 @@ def test_nothing_readable_is_a_failure_not_an_empty_success(tmp_path):
     with pytest.raises(OSError, match=r"none of the 2 inputs of source=.* could be read"):
         check_something_was_read(done, str(tmp_path / "in"))
     check_something_was_read({"images": 1, "videos": {}, "skipped": ["x.jpg"]}, "photos")
+
+
+def test_an_empty_array_or_no_image_is_a_clear_error():
+    """Issue: predict(np.zeros((0, 0, 3))) raised ZeroDivisionError, draw(None, ...)
+    AttributeError."""
+    from msdet.engine.inference.predictor import Predictor
+
+    predictor = Predictor.__new__(Predictor)  # the checks come before the network
+    predictor.img_size, predictor.class_names = (64, 64), list(CLASS_NAMES)
+    for empty in (np.zeros((0, 0, 3), np.uint8), np.zeros((0, 10, 3), np.uint8), np.zeros(0)):
+        with pytest.raises(ValueError, match=r"Predictor.predict: .*no pixels"):
+            predictor.predict(empty)
+    with pytest.raises(ValueError, match=r"Predictor.predict: .*4 dimensions"):
+        predictor.predict(np.zeros((1, 8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"Predictor.predict takes an image file's path or"):
+        predictor.predict(None)
+    dets = StandIn().predict(np.zeros((50, 100, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"Predictor.draw takes the image .* got None"):
+        predictor.draw(None, dets)
+    with pytest.raises(ValueError, match=r"Predictor.draw takes .*Detections.* got list"):
+        predictor.draw(np.zeros((50, 100, 3), np.uint8), [])
+    drawn = predictor.draw(np.zeros((50, 100, 3), np.uint8), dets)
+    assert drawn.shape == (50, 100, 3) and drawn.any()

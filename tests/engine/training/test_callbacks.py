@@ -14,7 +14,7 @@ from msdet.engine.training import graphs
 from msdet.engine.training.callbacks import base as cbs
 from msdet.engine.training.callbacks.base import EpochCallback, TrainState
 from msdet.engine.training.callbacks.compile import CompileTrainingGraph
-from msdet.engine.training.callbacks.console import EpochSummary
+from msdet.engine.training.callbacks.console import EpochLine, EpochSummary
 from msdet.engine.training.callbacks.evaluation import EvalCallback
 from msdet.engine.training.callbacks.monitoring import StepStats
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
@@ -163,7 +163,7 @@ def test_eval_runs_every_interval_and_after_the_last_epoch_and_tracks_the_best()
 
 def test_epoch_summary_row_and_the_latest_evaluation_in_the_log(caplog):
     st = state(epochs=3, steps=2)
-    summary = EpochSummary(st)
+    summary, line = EpochSummary(st), EpochLine(st)
     caplog.set_level(logging.INFO, logger="train")
     lines = []
     for epoch, metrics in [(1, {"mAP": 0.25, "mAP50": 0.5}), (2, None)]:
@@ -174,6 +174,8 @@ def test_epoch_summary_row_and_the_latest_evaluation_in_the_log(caplog):
             st.metrics, st.evaluated = metrics, True
         caplog.clear()
         summary.end_epoch(epoch, RunContext())
+        assert not caplog.records  # the row only: the line waits for the checkpoint
+        line.end_epoch(epoch, RunContext())
         lines.append(caplog.records[-1].getMessage())
     first, second = st.history
     assert first["loss_total"] == 3.0 and first["loss_iou"] == 1.0 and first["num_fg"] == 20.0

@@ -195,3 +195,27 @@ def test_an_epochs_files_share_one_split_of_the_ema_buffer(tmp_path, monkeypatch
         assert params["ema.w"].asnumpy().tolist() == [-2.0, -1.0, 0.0, 1.0]
         assert params["w"].asnumpy().tolist() == [0.5] * 4
         assert int(params[META_EPOCH].asnumpy()) == 3
+
+
+def test_a_file_size_limit_is_named_as_such_not_as_a_full_disk(tmp_path, monkeypatch):
+    """Issue: EFBIG (errno 27, a file-size limit such as ``ulimit -f``) was reported as a
+    full disk with the free space, which was plenty."""
+    import resource
+
+    folder = tmp_path / "checkpoints"
+    manager = CheckpointManager(str(folder), keep_last=2)
+
+    def too_large(cell, path, **kwargs):
+        raise OSError(errno.EFBIG, "File too large")  # what MindSpore raises past the limit
+
+    monkeypatch.setattr(ms, "save_checkpoint", too_large)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * 2**20, resource.RLIM_INFINITY))
+    with pytest.raises(CheckpointError) as err:
+        manager.save_epoch(Weights(2.0), meta(2, 0.2), 2, is_best=True)
+    text = str(err.value)
+    assert "File too large" in text and "MiB are free" not in text
+    assert re.search(
+        r"a file-size limit: this process may write files of at most 3 MiB \(ulimit -f\); "
+        r"raise it .*; a checkpoint needs about 0\.0 MiB",
+        text,
+    )

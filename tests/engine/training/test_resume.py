@@ -15,10 +15,11 @@ from msdet.engine.training.checkpoints import META_EPOCH, CheckpointManager
 from msdet.engine.training.resume import (
     ResumeMismatchError,
     ResumeSource,
+    check_epochs_left,
     check_resume_fits,
     load_resume_source,
 )
-from msdet.models.description import DESCRIPTION_KEY, describe
+from msdet.models.description import DESCRIPTION_KEY, Description, describe
 from msdet.models.weights import CheckpointError
 
 SHAPES = ["disc", "rectangle", "triangle"]
@@ -144,3 +145,22 @@ def test_resume_logs_what_may_change(caplog):
         ("train.lr_per_img", was.train.lr_per_img, 0.01),
     ]
     assert f"train.epochs changed from {was.train.epochs} to 12" in caplog.text
+
+
+def test_a_run_of_more_epochs_than_asked_is_refused_saying_how_many_it_has(tmp_path):
+    """Issue: train.resume=auto train.epochs=1 on a finished 2-epoch run said "all 1 epochs
+    trained" and rewrote its config record."""
+    three_epochs(tmp_path)
+    source = load_resume_source("auto", str(tmp_path))
+    check_epochs_left(source, 3)  # a finished run resumed as it was: fine
+    check_epochs_left(source, 5)
+    with pytest.raises(ValueError) as err:
+        check_epochs_left(source, 2)
+    text = str(err.value)
+    assert "last.ckpt has trained 3 epochs already, more than train.epochs=2 asks for" in text
+    assert "train.epochs=3 or more" in text
+    described = ResumeSource(
+        source.path, source.params, Description({}, [], [], config={"train": {"epochs": 4}})
+    )
+    with pytest.raises(ValueError, match=r"train.epochs=2 asks for \(its own schedule is 4\)"):
+        check_epochs_left(described, 2)

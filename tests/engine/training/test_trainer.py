@@ -112,3 +112,66 @@ def test_checkpoints_describe_the_size_they_are_evaluated_at():
     assert description.input_size == [288, 352]
     assert description.config["train"]["img_scale"] == 0.7
     assert description.config["train"]["input_size"] == [224, 224]  # what it trained at
+
+
+def test_the_epoch_line_is_printed_once_the_epochs_checkpoint_is_on_disk(tmp_path, caplog):
+    """Issue: the epoch's loss/mAP line came before its checkpoint was written: a user who
+    stopped the run on seeing it lost the epoch. The run's own callbacks, in the order
+    training runs them: the line follows the checkpoint (and results.csv)."""
+    import logging
+    import os
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mindspore import Parameter, Tensor, nn
+
+    from msdet.common.config import load_config
+    from msdet.engine.runtime.process import Runtime
+    from msdet.engine.training.callbacks.base import TrainState
+    from msdet.engine.training.trainer import _build_callbacks
+
+    class Weights(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.ones(4, np.float32)), name="w")
+
+    cfg = load_config("train", ["train.tensorboard=false"])
+    rt = Runtime("CPU", "pynative", "O0", sink=False, sink_size=-1, run_dir=str(tmp_path))
+    state = TrainState(epochs=2, steps_per_epoch=1, total_batch=8)
+    metrics = {"mAP": 0.25, "mAP50": 0.5}
+    cbs = _build_callbacks(
+        cfg,
+        rt,
+        state,
+        train_step=SimpleNamespace(net_with_loss=None, stats=None),
+        net=None,
+        loss=None,
+        train_src=SimpleNamespace(unreadable=None),
+        evaluation=SimpleNamespace(evaluate=lambda epoch: metrics, tensorboard_images=None),
+        steps_per_sink=1,
+        meta={},
+    )
+    checkpoint = next(cb for cb in cbs if type(cb).__name__ == "CheckpointCallback")
+    checkpoint.train_cell = Weights()
+    seen = []  # what was on disk when each epoch-end line was logged
+    caplog.set_level(logging.INFO, logger="train")
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(
+        (record.getMessage(), sorted(os.listdir(tmp_path / "checkpoints")))
+    )
+    logging.getLogger("train").addHandler(handler)
+    try:
+        state.reset_epoch(1)
+        state.sums.update(total=6.0, num_fg=20.0)
+        state.steps = 1
+        ctx = SimpleNamespace(original_args=lambda: SimpleNamespace(cur_epoch_num=1))
+        for cb in cbs:  # the epoch-end work of the callbacks that need no network
+            if type(cb).__module__.endswith((".console", ".records", ".evaluation")):
+                cb.on_train_epoch_end(ctx)
+    finally:
+        logging.getLogger("train").removeHandler(handler)
+    line = [(msg, files) for msg, files in seen if msg.startswith("epoch 1/2  loss 6.000")]
+    assert len(line) == 1, seen
+    assert line[0][1] == ["best.ckpt", "epoch_0001.ckpt", "last.ckpt"]
+    assert line[0][0].endswith("mAP 0.250 mAP50 0.500")
+    assert (tmp_path / "results.csv").is_file()
