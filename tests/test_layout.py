@@ -40,7 +40,7 @@ ENGINE_PARTS = {"__init__.py", "cli.py", "runtime", "training", "evaluation", "i
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
-    """(msdet package, line) of every import: ``engine`` for ``msdet.engine.x``, and
+    """(msdet package, line) of every import: ``engine`` for ``msdet.engine.cli``, and
     ``engine.training`` as well for imports of engine's sub-packages."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):

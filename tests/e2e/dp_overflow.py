@@ -1,7 +1,7 @@
 """A 2-rank job for the overflow-synchronisation test: msdet's TrainStep on a tiny loss.
 
 ``scripts/run_distributed_train.sh 2`` starts it on every rank (``TRAIN_ENTRY=...``). Each
-rank trains the same two-weight quadratic with ``engine.train_step.TrainStep`` and a
+rank trains the same two-weight quadratic with ``engine.training.step.TrainStep`` and a
 data-parallel gradient reducer, once with the fp32 non-finite skip and once with dynamic
 loss scaling, on batches where only rank 1 goes wrong: at step 2 its gradient is
 non-finite, at step 4 its loss is non-finite while its gradient is finite (the case only

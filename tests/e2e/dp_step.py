@@ -1,9 +1,9 @@
 """msdet's own data-parallel training step on 2 ranks, and the one-process computation it must equal.
 
 ``scripts/run_distributed_train.sh 2`` starts this on both ranks (``TRAIN_ENTRY=...``).
-Each rank builds YOLOX through train.py's runtime set-up and ``engine.trainer.
-build_train_step`` (the gradient reducer, SGD with momentum and weight decay, EMA: the
-production step) and trains :data:`STEPS` steps on its own fixed batch, then writes its
+Each rank builds YOLOX through train.py's runtime set-up and
+``engine.training.step.build_train_step`` (the gradient reducer, SGD with momentum and
+weight decay, EMA: the production step) and trains :data:`STEPS` steps on its own fixed batch, then writes its
 trainable weights to ``<run dir>/step_rank<R>.npz``; rank 0 also writes the initial weights.
 
 :func:`reference` computes the same thing in one process: the same initial weights, for

@@ -87,7 +87,7 @@ def run_entry(
 
 
 def read_results(run_dir) -> list[dict[str, float]]:
-    """results.csv as the run record's rows (``engine.run_record``)."""
+    """results.csv as the run record's rows (``engine.training.run_record``)."""
     from msdet.engine.training.run_record import read_results as read
 
     return read(str(run_dir))

@@ -1,5 +1,5 @@
 """ops.sgd: one SGD operator over all parameters, writing them in place, against
-MindSpore's SGD per parameter (engine.optim.DecayInKernelSGD on either)."""
+MindSpore's SGD per parameter (engine.training.optim.DecayInKernelSGD on either)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""predict.py's outputs (engine.predictor.predict_source) with a stand-in for the network:
+"""predict.py's outputs (engine.inference.sources.predict_source) with a stand-in for the network:
 the run folder's layout, YOLO labels read back against the json, videos frame by frame."""
 
 from __future__ import annotations

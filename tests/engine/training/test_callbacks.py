@@ -36,7 +36,7 @@ class RunContext:
 
 
 def outputs(lr=0.01, scale=1.0):
-    """The training step's outputs, in engine.train_step.TrainStep's order (the callbacks
+    """The training step's outputs, in engine.training.step.TrainStep's order (the callbacks
     read only the last step's lr and loss scale from them)."""
     return [Tensor(np.float32(v)) for v in (0, 0, 0, 0, 0, 0, lr, scale, 0)]
 
