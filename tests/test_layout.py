@@ -227,3 +227,49 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path)
     graph = import_graph(tmp_path)
     assert graph["msdet.data.check"] == {"msdet.data.plot"}
     assert cycles(graph) == [["msdet.data.check", "msdet.data.plot"]]
+
+
+def helper_imports(path: Path) -> list[str]:
+    """The imports of ``tests.*`` in a test file that do not come from ``tests.support``:
+    shared helpers live there, never in a test module, a conftest or an entry script."""
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names = ["." * node.level + (node.module or "")]
+        elif isinstance(node, ast.ImportFrom) and node.module == "tests":
+            names = [f"tests.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            continue
+        wrong += [
+            f"{path.name}:{node.lineno} imports {name}"
+            for name in names
+            if (name.startswith(("tests.", ".")) or name == "tests")
+            and name != "tests.support"
+            and not name.startswith("tests.support.")
+        ]
+    return wrong
+
+
+def test_tests_share_helpers_through_tests_support_only():
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert len(files) > 130
+    assert [line for path in files for line in helper_imports(path)] == []
+
+
+def test_the_helper_rule_sees_imports_of_test_modules(tmp_path):
+    module = tmp_path / "test_m.py"
+    module.write_text(
+        "from tests.support import ROOT\nfrom tests.support.modes import execution_mode\n"
+        "from tests.ops.test_nms import run\nfrom tests import modes\n"
+        "def f():\n    import tests.e2e.dp_step\n    from . import conftest\n"
+    )
+    assert sorted(helper_imports(module)) == [
+        "test_m.py:3 imports tests.ops.test_nms",
+        "test_m.py:4 imports tests.modes",
+        "test_m.py:6 imports tests.e2e.dp_step",
+        "test_m.py:7 imports .",
+    ]

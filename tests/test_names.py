@@ -103,9 +103,8 @@ def python_texts(path: Path, root: Path = ROOT, strings: bool = False) -> list[T
         for tok in tokenize.generate_tokens(io.StringIO(source).readline)
         if tok.type == tokenize.COMMENT
     ]
-    tree = ast.parse(source, rel)
-    docstrings = set()
-    for node in ast.walk(tree):
+    docstrings, literals = set(), []
+    for node in ast.walk(_tree(path)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             if (
@@ -115,14 +114,13 @@ def python_texts(path: Path, root: Path = ROOT, strings: bool = False) -> list[T
             ):
                 docstrings.add(id(first.value))
                 texts.append(Text(rel, first.value.lineno, first.value.value))
-    if strings:
-        texts += [
-            Text(rel, node.lineno, node.value, message=True)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and id(node) not in docstrings
-        ]
+        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            literals.append(node)
+    texts += [
+        Text(rel, node.lineno, node.value, message=True)
+        for node in literals
+        if id(node) not in docstrings
+    ]
     return texts
 
 

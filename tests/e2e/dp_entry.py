@@ -17,7 +17,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-WEIGHTS_FILE = "final_weights_rank{rank}.npz"
+from tests.support.tiny_run import WEIGHTS_FILE  # noqa: E402  (needs ROOT on sys.path)
 
 
 def _add_weight_dump() -> None:

@@ -14,8 +14,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from tests.e2e.tiny_run import ROOT, run_entry, tiny_val_split
-from tests.torch_reference import require_yolox
+from tests.support.tiny_run import ROOT, run_entry, tiny_val_split
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from tensorboardX.proto import event_pb2
 
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.records import TensorBoardCallback
-from tests.engine.evaluation.test_coco import CATEGORY_IDS, evaluate, ground_truth, model_detections
+from tests.support.evaluation import CATEGORY_IDS, evaluate, ground_truth, model_detections
 
 
 def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:

@@ -22,7 +22,7 @@ from msdet.engine.inference.exported import (
     read_export_info,
     weights_format,
 )
-from tests.engine.inference.test_onnx_graph import write_model
+from tests.support.inference import varied_nano, write_model
 
 
 def info(**changes) -> ExportInfo:
@@ -111,32 +111,6 @@ def test_the_input_size_is_the_files():
     with pytest.raises(ExportedModelError, match="takes 320x416 images only"):
         apply_export_input(cfg, shaped, "m.onnx", {"eval.img_size": "640"})
     assert json.loads(shaped.to_json())["input_shape"] == [1, 3, 320, 416]
-
-
-def varied_nano(path, size: int = 64) -> None:
-    """A described 3-class nano whose scores vary from anchor to anchor as a trained one's
-    do: He-normal convolutions (the stem scaled for 0-255 input), spread head biases. (A
-    random init scores every anchor of a level alike: their order after NMS is arbitrary.)"""
-    import mindspore as ms
-
-    from msdet.models.description import DESCRIPTION_KEY, describe
-    from msdet.models.yolox import build_model, load_model_config
-
-    cfg = load_model_config("yolox_nano")
-    net = build_model(cfg, 3)
-    rng = np.random.default_rng(0)
-    for name, param in net.parameters_and_names():
-        value = None
-        if param.ndim == 4:
-            value = rng.normal(0, np.sqrt(2.0 / np.prod(param.shape[1:])), param.shape)
-            value /= 128 if name.startswith("backbone.backbone.stem") else 1
-        elif (".cls_preds." in name or ".obj_preds." in name) and name.endswith(".bias"):
-            value = rng.normal(-0.5, 1.0, param.shape)
-        if value is not None:
-            param.set_data(ms.Tensor(value.astype(np.float32)))
-    names, ids = ["disc", "rectangle", "triangle"], [1, 3, 7]
-    description = describe(cfg, 3, names, ids, [size, size], "train")
-    ms.save_checkpoint(net, str(path), append_dict={DESCRIPTION_KEY: description.to_json()})
 
 
 @pytest.fixture(scope="module")

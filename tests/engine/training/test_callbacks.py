@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,20 +18,7 @@ from msdet.engine.training.callbacks.evaluation import EvalCallback
 from msdet.engine.training.callbacks.monitoring import StepStats
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
 from msdet.engine.training.step_stats import StepStatistics
-
-
-class RunContext:
-    """What MindSpore hands a callback: the run's parameters and a stop request."""
-
-    def __init__(self, **params):
-        self.params = SimpleNamespace(**params)
-        self.stopped = False
-
-    def original_args(self):
-        return self.params
-
-    def request_stop(self):
-        self.stopped = True
+from tests.support.training import RecordingNetwork, RunContext, training_batch
 
 
 def outputs(lr=0.01, scale=1.0):
@@ -242,16 +228,6 @@ def test_time_limit_stops_when_the_next_epoch_would_not_fit(monkeypatch):
     assert stopped == [False, False, True]
 
 
-class RecordingNetwork:
-    """Records what the callback asks the training network to compile."""
-
-    def __init__(self):
-        self.compiled = []
-
-    def compile(self, *inputs):
-        self.compiled.append(inputs)
-
-
 def test_compile_training_graph_compiles_once_with_the_batch_then_releases_heap(
     monkeypatch, caplog
 ):
@@ -268,14 +244,6 @@ def test_compile_training_graph_compiles_once_with_the_batch_then_releases_heap(
     assert released == [1]  # after compiling, before the step runs
     logged = [r.getMessage() for r in caplog.records if "compiled in" in r.getMessage()]
     assert len(logged) == 1 and logged[0].startswith("training graph compiled in")
-
-
-def training_batch(rows: int, boxes: int = 1):
-    targets = np.zeros((2, rows, 5), np.float32)
-    targets[:, :boxes] = 7.0
-    mask = np.zeros((2, rows), np.float32)
-    mask[:, :boxes] = 1.0
-    return (Tensor(np.zeros((2, 3, 4, 4), np.uint8)), Tensor(targets), Tensor(mask))
 
 
 def test_each_target_bucket_compiles_once_when_a_batch_first_needs_it(monkeypatch, caplog):
