@@ -273,3 +273,35 @@ def test_the_helper_rule_sees_imports_of_test_modules(tmp_path):
         "test_m.py:6 imports tests.e2e.dp_step",
         "test_m.py:7 imports .",
     ]
+
+
+# Packages whose every module has a test file of its own at the mirrored place.
+MIRRORED = ("engine/training/callbacks", "tools")
+
+
+def mirrored_test(module: Path, root: Path = ROOT) -> Path:
+    """``tests/tools/chip_check/test_ir.py`` for ``tools/chip_check/ir.py``; a package's
+    ``__main__.py`` is tested in ``test_main.py``."""
+    rel = module.relative_to(root)
+    return root / "tests" / rel.parent / f"test_{rel.stem.strip('_')}.py"
+
+
+def test_every_callback_and_tool_module_has_its_own_test_file():
+    modules = [
+        path
+        for package in MIRRORED
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "__init__.py"
+    ]
+    assert len(modules) > 25
+    missing = [
+        str(mirrored_test(m).relative_to(ROOT)) for m in modules if not mirrored_test(m).is_file()
+    ]
+    assert missing == []
+
+
+def test_the_mirror_of_a_module_and_of_a_packages_main():
+    assert mirrored_test(ROOT / "tools" / "chip_check" / "ir.py") == (
+        ROOT / "tests" / "tools" / "chip_check" / "test_ir.py"
+    )
+    assert mirrored_test(ROOT / "tools" / "selftest" / "__main__.py").name == "test_main.py"

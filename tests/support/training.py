@@ -1,13 +1,20 @@
-"""Stand-ins for the training tests: MindSpore's run context as the callbacks see it, a
-network that records what it is given, a batch, and the Ascend float-status register."""
+"""Stand-ins for the training tests: MindSpore's run context as the callbacks see it, the
+callbacks' state, the training step's outputs and in-graph statistics, a network that
+records what it is given, a batch, the Ascend float-status register, and the scalars a run
+wrote for TensorBoard."""
 
 from __future__ import annotations
 
+import glob
+import struct
 from types import SimpleNamespace
 
 import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, mutable, nn, ops
+
+from msdet.engine.training.callbacks.base import TrainState
+from msdet.engine.training.step_stats import StepStatistics
 
 
 class RunContext:
@@ -69,3 +76,38 @@ def flag_inf_input(register, x):
     flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
     x = ops.depend(x, ops.assign(register, ops.maximum(register, flag)))
     return ops.select(ops.isinf(x), ops.zeros_like(x), x)
+
+
+def step_outputs(lr=0.01, scale=1.0):
+    """The training step's outputs, in engine.training.step.TrainStep's order (the callbacks
+    read only the last step's lr and loss scale from them)."""
+    return [Tensor(np.float32(v)) for v in (0, 0, 0, 0, 0, 0, lr, scale, 0)]
+
+
+def record_step(stats: StepStatistics, total, iou=1.0, obj=1.0, cls=1.0, l1=0.0, fg=10.0, skip=0):
+    """One training step as the training graph records it."""
+    losses = tuple(Tensor(np.float32(v)) for v in (total, iou, obj, cls, l1, fg))
+    stats(mutable(losses), mutable(Tensor(bool(skip))))  # variables: no recompile per call
+
+
+def train_state(epochs=5, steps=4, **kw) -> TrainState:
+    """The callbacks' shared state for ``epochs`` epochs of ``steps`` steps of 8 images."""
+    return TrainState(epochs=epochs, steps_per_epoch=steps, total_batch=8, **kw)
+
+
+def tensorboard_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} from the TensorBoard event files in ``log_dir``."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(glob.glob(f"{log_dir}/events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos < len(data):  # TFRecord: length, crc, payload, crc
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
