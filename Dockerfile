@@ -28,7 +28,7 @@ COPY requirements.txt ./
 RUN python -m pip install --no-cache-dir -r requirements.txt
 
 RUN useradd --create-home --uid 1000 --shell /bin/bash msdet \
-    && mkdir -p /workspace/outputs /workspace/.cache/msdet \
+    && mkdir -p /workspace/runs /workspace/.cache/msdet \
     && chown -R msdet:msdet /workspace
 COPY --chown=msdet:msdet . .
 # msdet itself, as the package `msdet` (its dependencies are installed above).

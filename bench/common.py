@@ -140,7 +140,7 @@ def synthetic_batch(
 
 
 def train_py_step(net, loss, lrs, cfg, rt, **kwargs):
-    """``engine.trainer.build_train_step`` as ``train.py`` calls it: with the non-finite
+    """``engine.training.step.build_train_step`` as ``train.py`` calls it: with the non-finite
     check of ``runtime.check_finite`` (its step skips a NaN/Inf update), so that a benchmark
     times the graph a training run compiles. ``kwargs``: further arguments (``img_size``)."""
     from msdet.engine.training.step import build_train_step

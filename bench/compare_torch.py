@@ -26,7 +26,7 @@ from msdet.bench.common import print_header, print_result, read_result
 
 # Environment per side for ``--isa``. "avx2": PyTorch's own kernels (ATen's dispatch), its
 # oneDNN and MKL capped at AVX2; msdet's kernel library compiled for this CPU without
-# AVX-512 (its oneDNN is capped at AVX2 on every CPU, engine.device). Left as they are:
+# AVX-512 (its oneDNN is capped at AVX2 on every CPU, engine.runtime.device). Left as they are:
 # MindSpore's nnacl kernels, which choose AVX-512 themselves from CPUID, and the cache and
 # core of this CPU, so this is not a measurement of another machine.
 ISA_CAPS: dict[str, dict[str, dict[str, str]]] = {
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Hydra override for msdet's side (repeatable), e.g. runtime.fusion=safe",
+        help="a setting (key=value) for msdet's side (repeatable), e.g. runtime.fusion=safe",
     )
     args = parser.parse_args(argv)
     print_header("msdet vs PyTorch YOLOX, side by side")

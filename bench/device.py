@@ -7,7 +7,7 @@ MindYOLO's settings or msdet's own.
 
 Settings (printed in the table):
 
-- ``mindyolo``: as MindYOLO's ``train.py`` runs ``configs/yolox``: graph mode at jit level O2
+- ``mindyolo``: as MindYOLO's ``train.py`` runs its YOLOX configs: graph mode at jit level O2
   (``mindyolo/utils/utils.py``, ``set_default``), AMP O0 (``--ms_amp_level`` default; its YOLOX
   configs set none), no data sinking (``--ms_datasink`` default), EMA on, every step fed from
   the data loader and timed in that loop (its "step time" log is wall time over
@@ -53,7 +53,7 @@ SETTINGS = {
 DATA = ("loader", "synthetic")
 COLUMNS = ("settings", "model", "cards", "batch/card", "img", "jit level", "amp", "sink", "data",
            "ms/step", "img/s", "compile s", "peak mem GiB", "mAP")  # fmt: skip
-# MindYOLO's published YOLOX rows (mindspore-lab/mindyolo configs/yolox/README.md, as of
+# MindYOLO's published YOLOX rows (mindspore-lab/mindyolo/configs/yolox/README.md, as of
 # 2025-08-21, MindSpore 2.5.0, graph mode, 8 cards x batch 8, 300 epochs; its AMP level and
 # data feeding are its train.py defaults), in the columns above.
 MINDYOLO_ROWS = (
@@ -176,7 +176,10 @@ def main(argv: list[str] | None = None) -> dict:
             result = {"mode": "step", **json.load(f)}
     result.update(settings=args.settings, cards=args.cards, overrides=overrides, run_dir=run_dir)
     print(format_rows([table_row(result)]))
-    print("\nMindYOLO's published rows (configs/yolox/README.md, MindSpore 2.5.0; 300 epochs):")
+    print(
+        "\nMindYOLO's published rows (mindspore-lab/mindyolo/configs/yolox/README.md, "
+        "MindSpore 2.5.0; 300 epochs):"
+    )
     print(format_rows(list(MINDYOLO_ROWS)))
     print_result(result)
     return result

@@ -14,7 +14,7 @@ for msdet, the
 same process after one inference graph. Each stage's ``peak`` is the highest resident
 memory *during* that stage, so compile-time transients show apart from what stays.
 Each stage also records its wall time: the steady-state stage's divided by ``--steps`` is
-the step time. Trailing key=value arguments are Hydra overrides for msdet (e.g.
+the step time. Trailing arguments are settings (key=value) for msdet (e.g.
 ``runtime.cpu_kernels=native``, ``train.recompute=backbone``); the input size is ``--img``.
 The last line is ``RESULT {json}``.
 """
@@ -130,7 +130,9 @@ def msdet_side(args, overrides: list[str]) -> dict:
     )
     step.compile(images, targets, mask)
     stages.mark("graph compiled (not run)")
-    if not args.keep_heap:  # as train.py does (engine.callbacks.CompileTrainingGraph)
+    if (
+        not args.keep_heap
+    ):  # as train.py does (engine.training.callbacks.compile.CompileTrainingGraph)
         release_free_heap()
         stages.mark("compiler's free heap released")
     step(images, targets, mask)[0].asnumpy()

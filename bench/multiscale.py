@@ -5,7 +5,7 @@
                                [--sizes 160,320,480] [--steps 3] [--objects 5]
 
 Builds the training step as ``train.py`` does (batch at ``train.input_size``, resized in the
-graph by ``engine.multiscale``) and, for each size (default: every size of the schedule),
+graph by ``engine.training.multiscale``) and, for each size (default: every size of the schedule),
 compiles its graph explicitly (timed), then times ``--steps`` steps. Finally it returns to
 the first size and times one call, to show that a seen size is not compiled again. With
 ``MS_COMPILER_CACHE_ENABLE=1 MS_COMPILER_CACHE_PATH=DIR`` in the environment, a second run
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per size")
     parser.add_argument("--objects", type=int, default=5, help="boxes per image")
     parser.add_argument("--num-classes", type=int, default=80)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=yolox_s")
+    parser.add_argument("overrides", nargs="*", help="settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     cfg = load_config("tool", ["runtime=cpu", "train.multiscale_range=5", *args.overrides])
     print_header("msdet multi-scale compile and step time")

@@ -10,7 +10,7 @@ operator). Operators are grouped by what they compute (:data:`CATEGORIES`): the 
 MindSpore records (``Gradients/``, ``loss-YOLOXLoss``, ``dconv``, ``BatchNormSiLU``, ...)
 and, for PyTorch, the weight shape (depthwise: one input channel per filter) and the phase
 (``record_function`` ranges around the loss, the optimizer and the EMA). Prints ms per step
-per group on each side and their ratio; trailing key=value arguments are Hydra overrides
+per group on each side and their ratio; trailing arguments are settings (key=value)
 for msdet (e.g. ``runtime.cpu_kernels=native``). The last line is ``RESULT {json}``.
 """
 

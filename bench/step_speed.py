@@ -1,11 +1,11 @@
 """msdet's full training step (forward, SimOTA loss, backward, SGD, EMA): time and memory.
 
-    python -m msdet.bench.train_step [model=yolox_nano] [train.batch_size=8] [data.img_size=[320,320]]
+    python -m msdet.bench.step_speed [model=yolox_nano] [train.batch_size=8] [data.img_size=[320,320]]
                                [runtime.amp=O0] [runtime.mode=graph] [--steps 20] [--objects 5]
-    python -m msdet.bench.train_step --infer [eval.img_size=[416,416]] [eval.batch_size=8]
-    python -m msdet.bench.train_step --alternate runtime.cpu_kernels=auto,native [--rounds 3]
+    python -m msdet.bench.step_speed --infer [eval.img_size=[416,416]] [eval.batch_size=8]
+    python -m msdet.bench.step_speed --alternate runtime.cpu_kernels=auto,native [--rounds 3]
 
-Trailing key=value arguments are Hydra overrides of configs/config.yaml. Reports the
+Trailing arguments are settings (``key=value``) of configs/config.yaml. Reports the
 first-step time (graph compilation included), the median step time after warm-up,
 images/s and peak RSS; ``--infer`` measures inference + NMS instead. ``--alternate KEY=A,B``
 runs the same benchmark in fresh processes with each value of one override, one after the
@@ -54,8 +54,8 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
         ms.Tensor(a)
         for a in synthetic_batch(batch, size, num_classes, int(cfg.data.max_objects), objects)
     )
-    # As train.py does (engine.callbacks.CompileTrainingGraph): compile, then hand the
-    # compiler's free heap back before the step allocates its tensors.
+    # As train.py does (engine.training.callbacks.compile.CompileTrainingGraph): compile,
+    # then hand the compiler's free heap back before the step allocates its tensors.
     started = time.perf_counter()
     if rt.mode == "graph":
         step.compile(images, targets, mask)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--infer", action="store_true", help="inference + NMS instead")
     parser.add_argument("--alternate", metavar="KEY=A,B", help="compare values of one override")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --alternate")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=yolox_s")
+    parser.add_argument("overrides", nargs="*", help="settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     if args.alternate:
         return alternate(args, argv if argv is not None else sys.argv[1:])

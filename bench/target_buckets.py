@@ -7,7 +7,7 @@ samples ``train.py`` would train on, same seed) for ``--epochs`` epochs with mos
 for one epoch without (the last ``train.no_aug_epochs + 1``), and prints, per phase, the
 distribution of each batch's fullest image (boxes after augmentation) and how many
 batches fall in each bucket of ``--buckets`` + ``data.max_objects``. Together with the
-step time at each bucket's rows (``python -m msdet.bench.train_step --alternate
+step time at each bucket's rows (``python -m msdet.bench.step_speed --alternate
 data.max_objects=50,32,16``) this says what ``data.target_buckets`` would save on a run,
 against one compile per bucket. The last line is ``RESULT {json}``.
 """
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--buckets", default="16,32", help="row counts below data.max_objects")
     parser.add_argument("--epochs", type=int, default=1, help="mosaic epochs drawn")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data=coco")
+    parser.add_argument("overrides", nargs="*", help="settings, e.g. data=coco")
     args = parser.parse_args(argv)
     bucket_list = [int(b) for b in args.buckets.split(",") if b]
     cfg = load_config("tool", [*args.overrides, f"data.target_buckets={bucket_list}"])

@@ -7,7 +7,7 @@
 The step is what YOLOX's trainer does per iteration: forward with targets (SimOTA loss),
 backward, SGD (nesterov, YOLOX's parameter groups) and the EMA update; inference is the
 eval-mode forward plus ``yolox.utils.postprocess``. Same synthetic batch as
-``bench.train_step`` (bench.common.synthetic_batch). ``--multiscale R`` also times ``--steps``
+``bench.step_speed`` (bench.common.synthetic_batch). ``--multiscale R`` also times ``--steps``
 steps at every size of the multi-scale set, the batch resized by the original's
 ``Exp.preprocess``, and reports the mean over sizes (the schedule draws them uniformly).
 Last line: ``RESULT {json}``.

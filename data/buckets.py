@@ -8,7 +8,7 @@ holds its fullest image; ``data.max_objects`` itself is always the last bucket. 
 rows of every image come first (:meth:`data.pipeline.TrainSamples.pad_targets`), so the
 rows dropped are padding only and the loss is the same (``tests/models/test_loss.py``).
 
-Each bucket is its own static-shape graph, compiled once (``engine.graphs``): buckets
+Each bucket is its own static-shape graph, compiled once (``engine.training.graphs``): buckets
 times multi-scale sizes is the number of training graphs.
 """
 

@@ -196,7 +196,7 @@ class TrainSamples:
         epoch, i = divmod(int(key), len(self.source))
         img, boxes, labels = self.sample(epoch, i)
         # uint8 HWC as decoded: a quarter of float32's bytes through the pipeline and to the
-        # device; the training step casts and transposes in-graph (engine.train_step).
+        # device; the training step casts and transposes in-graph (engine.training.step).
         return (np.ascontiguousarray(img, dtype=np.uint8), *self.pad_targets(boxes, labels))
 
     def sample(self, epoch: int, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from msdet.data.coco import CocoSource
 
 STRIDES = (8, 16, 32)
 # Objects under this many pixels (longer side) on the network input are hard to classify:
-# the lesson of the shapes set (README "The default run").
+# the lesson of the shapes set (BENCHMARKS.md "The default run").
 SMALL_OBJECT_PX = 16
 # Box size bins (longer side on the input, px) for the reports.
 SIZE_BINS = (0, 8, 16, 32, 64, 128, 256, math.inf)

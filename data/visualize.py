@@ -184,10 +184,10 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--num", type=int, default=8, help="samples to draw")
     parser.add_argument("--out", default="outputs/data_vis", help="output folder")
     parser.add_argument("--epoch", type=int, default=0, help="training epoch to show (0-based)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data=coco")
+    parser.add_argument("overrides", nargs="*", help="settings, e.g. data=coco")
     args = parser.parse_args(argv)
     # Here, not at the top: data.pipeline loads MindSpore, and draw_boxes must stay
-    # importable without it (engine.plots draws evaluation pictures before it loads).
+    # importable without it (engine.evaluation.plots draws evaluation pictures before it loads).
     from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples
 
     cfg = load_config("tool", list(args.overrides))

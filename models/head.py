@@ -22,8 +22,8 @@ def prior_bias(prior_prob: float) -> float:
 def make_grid(h: int, w: int, stride: int) -> tuple[ms.Tensor, ms.Tensor]:
     """Anchor-point grid of one level: xy offsets [h*w, 2] (x fastest) and strides [h*w].
 
-    Tiled aranges, not ``ops.meshgrid``: Ascend has no AI Core kernel for Meshgrid (the AI
-    CPU would run it at every step)."""
+    Tiled aranges, not ``mindspore.ops.meshgrid``: Ascend has no AI Core kernel for Meshgrid
+    (the AI CPU would run it at every step)."""
     xs = ops.tile(ops.arange(w, dtype=ms.float32).reshape(1, w), (h, 1))
     ys = ops.tile(ops.arange(h, dtype=ms.float32).reshape(h, 1), (1, w))
     grid = ops.stack((xs, ys), -1).reshape(-1, 2)

@@ -2,7 +2,7 @@
 that moves the flat average buffer in place (``kernels/ema.cc``: MindSpore's ``Lerp``
 arithmetic, the same bits).
 
-``engine.train_step.ModelEMA`` keeps its averages in one flat buffer; on MindSpore's
+``engine.training.ema.ModelEMA`` keeps its averages in one flat buffer; on MindSpore's
 operators each step flattens every parameter into it (a ``Reshape`` each, a ``Concat``, a
 ``Lerp``, an ``Assign``). :func:`flat_ema_op` reads the parameters where they are and writes
 the buffer, declared written (an ``RW_WRITE`` input of a ``side_effect_mem`` primitive, as

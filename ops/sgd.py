@@ -5,7 +5,7 @@ MindSpore runs one ``SGD`` operator per parameter (330 for YOLOX-nano); each cos
 graph memory and runtime time out of proportion to its work. :func:`flat_sgd_op` returns a
 primitive that takes every gradient, weight, momentum buffer and first-step flag at once and
 declares the last three written (``ops.aot``), so the graph orders later reads of the
-weights after it and copies nothing. ``engine.optim.DecayInKernelSGD`` uses it when
+weights after it and copies nothing. ``engine.training.optim.DecayInKernelSGD`` uses it when
 ``ops.cpu_kernels`` has a library enabled for ``"sgd"``.
 """
 

@@ -119,7 +119,7 @@ def build_pair(
     """(PyTorch original, msdet network with the converted weights), inference mode.
 
     ``src`` None: a random-init original whose BatchNorm statistics are calibrated on
-    ``calibration_images`` (:func:`models.reference.calibrate`), so that outputs are
+    ``calibration_images`` (:func:`porting.reference.calibrate`), so that outputs are
     neither degenerate nor overflowing on that input.
     """
     from msdet.models.convert_pytorch import (

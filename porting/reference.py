@@ -58,7 +58,8 @@ def _batched_nms(boxes, scores, idxs, iou_threshold: float):
 
 
 def install_torchvision_standin() -> bool:
-    """Register a minimal ``torchvision`` (ops.nms, ops.batched_nms) unless a real one imports.
+    """Register a minimal ``torchvision`` (``torchvision.ops.nms``, ``batched_nms``) unless a
+    real one imports.
 
     Returns True when ``torchvision.ops`` is the stand-in. A torchvision that is installed but
     fails to import (PyPI's CUDA build beside CPU torch: "operator torchvision::nms does

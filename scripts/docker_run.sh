@@ -12,7 +12,7 @@
 #               310p (default: read from `npu-smi info`; an image for one generation has no
 #               kernels for another)
 #   DATA_DIR    host dataset folder, mounted read-only at /data
-#   OUTPUT_DIR  host folder for run folders, mounted at /workspace/outputs (default ./outputs)
+#   OUTPUT_DIR  host folder for run folders, mounted at /workspace/runs (default ./runs)
 #   CACHE_DIR   host folder for the generated shapes set (default ./.cache/msdet)
 #   NUM_CARDS   run scripts/run_distributed_train.sh NUM_CARDS inside (host network);
 #               MASTER_ADDR, MASTER_PORT, NODE_RANK, NUM_NODES are passed through
@@ -36,7 +36,7 @@ msdet_help_if_asked "$@"
 
 HOST_ROOT=${HOST_ROOT:-}
 DOCKER=${DOCKER:-docker}
-OUTPUT_DIR=${OUTPUT_DIR:-outputs}
+OUTPUT_DIR=${OUTPUT_DIR:-runs}
 CACHE_DIR=${CACHE_DIR:-.cache/msdet}
 WORKDIR=/workspace # WORKDIR of both images
 
@@ -88,7 +88,7 @@ abs_dir() {
 
 cmd=("${DOCKER}" run --rm --init --ipc=host --user "$(id -u):$(id -g)")
 if [ -t 0 ] && [ -t 1 ]; then cmd+=(-it); fi
-cmd+=(-v "$(abs_dir "${OUTPUT_DIR}"):${WORKDIR}/outputs")
+cmd+=(-v "$(abs_dir "${OUTPUT_DIR}"):${WORKDIR}/runs")
 cmd+=(-v "$(abs_dir "${CACHE_DIR}"):${WORKDIR}/.cache/msdet" -e "MSDET_CACHE_DIR=${WORKDIR}/.cache/msdet")
 cmd+=(-e HOME=/tmp)
 if [ -n "${DATA_DIR:-}" ]; then

@@ -1,22 +1,25 @@
-"""Shared test set-up: CPU runtime environment before MindSpore loads, tiny fixtures."""
+"""Shared test set-up: the CPU runtime environment before MindSpore loads, graph mode from
+the moment it does, and the ``graph_mode`` fixture.
+
+MindSpore is not imported here: tests that never use it (tests/common, tests/test_layout.py,
+tests/test_names.py) do not pay for loading it.
+"""
 
 import pytest
 
 from msdet.engine.runtime.device import configure_process_env
+from tests.support.modes import execution_mode, graph_mode_when_imported
 
-# Must run before any test module imports mindspore (oneDNN reads it at load time).
+# Before any test imports mindspore: oneDNN reads ONEDNN_MAX_CPU_ISA when it loads.
 configure_process_env("CPU")
-
-import mindspore as ms  # noqa: E402  (after the environment is prepared)
-
-from tests.modes import execution_mode  # noqa: E402
-
 # msdet runs in graph mode by default (MindSpore's own default is PyNative).
-ms.set_context(mode=ms.GRAPH_MODE)
+graph_mode_when_imported()
 
 
 @pytest.fixture(scope="module")
 def graph_mode():
     """Graph mode for a whole module, as eval and export run (whatever ran before it)."""
+    import mindspore as ms
+
     with execution_mode(ms.GRAPH_MODE):
         yield

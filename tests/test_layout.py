@@ -43,7 +43,7 @@ ENGINE_PARTS = {"__init__.py", "cli.py", "runtime", "training", "evaluation", "i
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
-    """(msdet package, line) of every import: ``engine`` for ``msdet.engine.x``, and
+    """(msdet package, line) of every import: ``engine`` for ``msdet.engine.cli``, and
     ``engine.training`` as well for imports of engine's sub-packages."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -230,3 +230,81 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path)
     graph = import_graph(tmp_path)
     assert graph["msdet.data.check"] == {"msdet.data.plot"}
     assert cycles(graph) == [["msdet.data.check", "msdet.data.plot"]]
+
+
+def helper_imports(path: Path) -> list[str]:
+    """The imports of ``tests.*`` in a test file that do not come from ``tests.support``:
+    shared helpers live there, never in a test module, a conftest or an entry script."""
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names = ["." * node.level + (node.module or "")]
+        elif isinstance(node, ast.ImportFrom) and node.module == "tests":
+            names = [f"tests.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            continue
+        wrong += [
+            f"{path.name}:{node.lineno} imports {name}"
+            for name in names
+            if (name.startswith(("tests.", ".")) or name == "tests")
+            and name != "tests.support"
+            and not name.startswith("tests.support.")
+        ]
+    return wrong
+
+
+def test_tests_share_helpers_through_tests_support_only():
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert len(files) > 130
+    assert [line for path in files for line in helper_imports(path)] == []
+
+
+def test_the_helper_rule_sees_imports_of_test_modules(tmp_path):
+    module = tmp_path / "test_m.py"
+    module.write_text(
+        "from tests.support import ROOT\nfrom tests.support.modes import execution_mode\n"
+        "from tests.ops.test_nms import run\nfrom tests import modes\n"
+        "def f():\n    import tests.e2e.dp_step\n    from . import conftest\n"
+    )
+    assert sorted(helper_imports(module)) == [
+        "test_m.py:3 imports tests.ops.test_nms",
+        "test_m.py:4 imports tests.modes",
+        "test_m.py:6 imports tests.e2e.dp_step",
+        "test_m.py:7 imports .",
+    ]
+
+
+# Packages whose every module has a test file of its own at the mirrored place.
+MIRRORED = ("engine/training/callbacks", "tools")
+
+
+def mirrored_test(module: Path, root: Path = ROOT) -> Path:
+    """``tests/tools/chip_check/test_ir.py`` for ``tools/chip_check/ir.py``; a package's
+    ``__main__.py`` is tested in ``test_main.py``."""
+    rel = module.relative_to(root)
+    return root / "tests" / rel.parent / f"test_{rel.stem.strip('_')}.py"
+
+
+def test_every_callback_and_tool_module_has_its_own_test_file():
+    modules = [
+        path
+        for package in MIRRORED
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "__init__.py"
+    ]
+    assert len(modules) > 25
+    missing = [
+        str(mirrored_test(m).relative_to(ROOT)) for m in modules if not mirrored_test(m).is_file()
+    ]
+    assert missing == []
+
+
+def test_the_mirror_of_a_module_and_of_a_packages_main():
+    assert mirrored_test(ROOT / "tools" / "chip_check" / "ir.py") == (
+        ROOT / "tests" / "tools" / "chip_check" / "test_ir.py"
+    )
+    assert mirrored_test(ROOT / "tools" / "selftest" / "__main__.py").name == "test_main.py"

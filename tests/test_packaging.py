@@ -39,7 +39,8 @@ def pyproject() -> dict:
 
 
 def package_folder(package: str) -> Path:
-    """The folder of ``msdet.a.b`` in the tree (pyproject maps ``msdet`` to the root)."""
+    """The folder of a package (``msdet.tools.selftest``: ``tools/selftest``) in the tree
+    (pyproject maps ``msdet`` to the root)."""
     assert package.split(".")[0] == "msdet", package
     return ROOT.joinpath(*package.split(".")[1:])
 
@@ -134,7 +135,7 @@ def test_configs_are_found_in_the_package():
 
 
 def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(tmp_path):
-    # Built from a copy: setuptools writes build/ and msdet.egg-info/ into its source folder.
+    # Built from a copy: setuptools writes build/ and the egg-info folder into its source.
     source = tmp_path / "src"
     shutil.copytree(
         ROOT,

@@ -89,7 +89,7 @@ def test_distributed_launcher_rejects_bad_input(tmp_path, args, env, message):
     out = run_script("run_distributed_train.sh", *args, cwd=tmp_path, **env)
     assert out.returncode == 2
     assert message in out.stderr
-    assert not (tmp_path / "outputs").exists()  # nothing was started
+    assert not (tmp_path / "runs").exists()  # nothing was started
 
 
 @pytest.mark.skipif(Path("/dev/davinci0").exists(), reason="this host has Ascend cards")
@@ -109,7 +109,7 @@ def test_distributed_launcher_refuses_a_port_in_use(tmp_path):
         out = run_script("run_distributed_train.sh", "2", cwd=tmp_path, MASTER_PORT=port)
     assert out.returncode == 2
     assert f"MASTER_PORT={port} is already in use" in out.stderr
-    assert not (tmp_path / "outputs").exists()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_distributed_launcher_needs_mindspore_on_path(tmp_path):
@@ -143,7 +143,7 @@ def test_one_card_launchers_reject_bad_input(tmp_path, script, args, env, messag
     out = run_script(script, *args, cwd=tmp_path, **env)
     assert out.returncode == 2
     assert message in out.stderr
-    assert not (tmp_path / "outputs").exists()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_run_eval_rejects_a_second_checkpoint(tmp_path):
@@ -180,9 +180,9 @@ def test_docker_run_on_a_cpu_host(tmp_path):
     image = cmd.index("msdet:cpu")
     assert cmd[image + 1 :] == ["python", "train.py", "model=yolox_s", "train.epochs=3"]
     mounts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
-    assert f"{tmp_path}/outputs:/workspace/outputs" in mounts
+    assert f"{tmp_path}/runs:/workspace/runs" in mounts
     assert f"{data}:/data:ro" in mounts
-    assert not (tmp_path / "outputs").exists()  # a dry run creates nothing
+    assert not (tmp_path / "runs").exists()  # a dry run creates nothing
     assert cmd[cmd.index("--user") + 1] == f"{os.getuid()}:{os.getgid()}"
 
 

@@ -1,6 +1,6 @@
 """Evaluation analysis from COCO ground truth and COCO-format detections (numpy only).
 
-Everything here reads the two things :class:`engine.evaluator.CocoEvaluator` already has:
+Everything here reads the two things :class:`engine.evaluation.coco.CocoEvaluator` already has:
 the ground truth as a COCO dataset dict (``coco_gt.dataset``) and the detections as COCO
 result records ``{image_id, category_id, bbox [x, y, w, h], score}`` (``evaluator.results``
 or ``detections.json``). It never imports MindSpore, so eval.py can call it either side of

@@ -119,8 +119,8 @@ class CocoEvaluator:
         speed). With ``verbose`` the console gets the short form (:func:`short_summary`)
         and the log file the whole summary. With
         ``plots``, also the confusion matrix and the PR, P, R and F1 curves
-        (``engine.plots``) beside them, and their figures (best-F1 confidence, the matrix's
-        IoU and confidence) in ``metrics["analysis"]``.
+        (``engine.evaluation.plots``) beside them, and their figures (best-F1 confidence, the
+        matrix's IoU and confidence) in ``metrics["analysis"]``.
 
         ``speed``: ms per image per stage (or a :class:`SpeedMeter`) for the speed line.
         Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,

@@ -68,7 +68,7 @@ def evaluate_on_dataset(
     ``dataset`` yields ``(images, index, scale)`` batches (``data.pipeline.build_eval_dataset``);
     ``source`` is its :class:`data.coco.CocoSource`. The first batch is a warm-up for the
     speed line (graph compilation must not count). The rank given an ``out_dir`` shows the
-    progress over the batches (``data.progress``). Returns the metrics (see
+    progress over the batches (``common.progress``). Returns the metrics (see
     :meth:`CocoEvaluator.evaluate`) and, for the first ``keep_images`` images, tuples
     ``(source index, dets, count, scale)`` for drawing. ``verbose``: print the summary
     (it is written to ``coco_summary.txt`` either way); ``plots``: the evaluation plots too

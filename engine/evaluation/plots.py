@@ -273,7 +273,7 @@ def write_evaluation_plots(
     image_ids: Sequence[int] | None = None,
     matrix_conf: float | None = None,
 ) -> EvaluationPlots:
-    """Analyse detections (:func:`engine.analysis.analyse_detections`) and write the six
+    """Analyse detections (:func:`engine.evaluation.analysis.analyse_detections`) and write the six
     plots of :data:`FILES` into ``out_dir``.
 
     ``gt_dataset``: COCO dataset dict (``CocoEvaluator.coco_gt.dataset``); ``detections``:

@@ -40,8 +40,8 @@ TARGETS = ("om", "lite", "both")
 TOOL_HINTS = {
     "atc": "install the CANN toolkit and `source <CANN>/set_env.sh` (ATC ships with CANN)",
     "converter_lite": (
-        "download MindSpore Lite (mindspore.cn/lite) and add tools/converter/converter to "
-        "PATH and tools/converter/lib to LD_LIBRARY_PATH"
+        "download MindSpore Lite (mindspore.cn/lite) and add <lite>/tools/converter/converter to "
+        "PATH and <lite>/tools/converter/lib to LD_LIBRARY_PATH"
     ),
 }
 

@@ -1,9 +1,9 @@
 """How MindSpore compiles msdet's graphs: jit level and kernel fusion, the persistent compile
 cache, IR dumps for debugging, and what a failed compile leaves behind.
 
-``engine.runtime.setup_runtime`` applies these settings from the ``runtime`` config group;
+``engine.runtime.process.setup_runtime`` applies these settings from the ``runtime`` config group;
 the functions here only turn settings into environment variables, context values and
-folder names, so each is testable without compiling anything. Like ``engine.device``,
+folder names, so each is testable without compiling anything. Like ``engine.runtime.device``,
 nothing here imports MindSpore at import time.
 """
 

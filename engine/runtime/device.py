@@ -5,8 +5,8 @@ and what the machine reports: the concrete device, the AMP level and data sinkin
 the CPU process environment (oneDNN's instruction set, OpenMP's wait policy, operator
 threads, msdet's compiled CPU kernels), the Ascend operator precision mode, how fp16
 overflow is detected (the float-status register), and the collective-communication set-up
-for several ranks. ``engine.runtime.setup_runtime`` applies these decisions in order and
-hands the rest of msdet a :class:`engine.runtime.Runtime`; nothing else asks the hardware.
+for several ranks. ``engine.runtime.process.setup_runtime`` applies these decisions in order and
+hands the rest of msdet a :class:`engine.runtime.process.Runtime`; nothing else asks the hardware.
 
 This module must not import MindSpore at import time: the process environment has to be
 prepared *before* MindSpore loads its CPU kernels (see :func:`configure_process_env`).
@@ -418,7 +418,7 @@ def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | 
 
 def float_status_ops() -> tuple:
     """(clear, get) primitives of the Ascend float-status register, for
-    ``engine.train_step.TrainStep(float_status=...)``; only where ``Runtime.float_status``."""
+    ``engine.training.step.TrainStep(float_status=...)``; only where ``Runtime.float_status``."""
     from mindspore.ops.operations.math_ops import NPUClearFloatStatusV2, NPUGetFloatStatusV2
 
     return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
@@ -455,7 +455,7 @@ def init_distributed(ms: Any, device: str) -> tuple[int, int]:
 
 
 def close_file_logs() -> None:
-    """Detach the root logger's file handlers (Hydra's <run dir>/<job>.log): rank 0 owns it."""
+    """Detach the root logger's file handlers (the run folder's <command>.log): rank 0 owns it."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler):

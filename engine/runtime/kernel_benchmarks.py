@@ -439,7 +439,7 @@ def _anchor_grid(side: int):
 def sgd(library: str, kernels: Sequence[str], rng) -> Any:
     """One step of SGD with Nesterov momentum and weight decay over YOLOX-nano's parameters
     (:func:`nano_parameter_shapes`): one ``SGD`` operator per parameter, as
-    ``engine.optim`` runs it on MindSpore's operators, or msdet's one operator for all if
+    ``engine.training.optim`` runs it on MindSpore's operators, or msdet's one operator for all if
     ``kernels`` has it. Called with the gradients; returns (the first weight's sum after the
     step,), so the update must have run."""
     import mindspore as ms
@@ -500,7 +500,7 @@ def sgd_inputs(rng, steps: Mapping[str, Any]) -> tuple:
 def ema(library: str, kernels: Sequence[str], rng) -> Any:
     """One update of a flat EMA buffer over YOLOX-nano's trainable parameters (the table of
     :func:`sgd`; the model's EMA also averages its BatchNorm statistics): ``Reshape``s,
-    ``Concat``, ``Lerp`` and ``Assign``, as ``engine.train_step.ModelEMA`` runs on
+    ``Concat``, ``Lerp`` and ``Assign``, as ``engine.training.ema.ModelEMA`` runs on
     MindSpore's operators, or msdet's one operator if ``kernels`` has it. Returns (the
     buffer's first value after the update,)."""
     import mindspore as ms

@@ -1,8 +1,8 @@
 """Set up the process for where it runs, and tell the rest of msdet about it.
 
-:func:`setup_runtime` applies, in order, the decisions of ``engine.device`` (device, AMP,
+:func:`setup_runtime` applies, in order, the decisions of ``engine.runtime.device`` (device, AMP,
 sinking, CPU environment and kernels, Ascend precision and overflow detection, ranks) and
-the compile settings of ``engine.compiler`` (jit level, fusion, compile cache, IR dumps),
+the compile settings of ``engine.runtime.compiler`` (jit level, fusion, compile cache, IR dumps),
 and returns a :class:`Runtime`: everything else asks it, never the hardware. Call it
 before building any network. Importing this module does not import MindSpore.
 """

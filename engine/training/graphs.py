@@ -2,9 +2,9 @@
 
 MindSpore keys a compiled graph on the cell's phase and the shapes of its inputs: a batch
 of another shape (a target bucket, ``data.buckets``) or another phase (a multi-scale size,
-``engine.multiscale``) compiles a graph of its own on first use, inside the step that meets
-it. Compiling it explicitly first logs how long it took and hands the compiler's freed heap
-back before the step allocates (``engine.memory.release_free_heap``).
+``engine.training.multiscale``) compiles a graph of its own on first use, inside the step
+that meets it. Compiling it explicitly first logs how long it took and hands the compiler's
+freed heap back before the step allocates (``engine.runtime.memory.release_free_heap``).
 """
 
 from __future__ import annotations

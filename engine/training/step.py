@@ -10,7 +10,7 @@ where the device reports overflow through its float-status register (the Atlas t
 series), the register is cleared before the step (forward and backward are one graph here)
 and read and cleared after the backward pass; the overflow flag is then summed over the
 ranks, so every rank skips the same steps and the weights stay identical. A skipped step still advances the learning-rate schedule and the EMA, as every
-iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.step_stats``).
+iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.training.step_stats``).
 
 Gradient accumulation (``accumulate`` = k > 1): the Cell is called once per micro-batch
 and one optimizer step spans k calls, a *window*. Each call adds its (rank-averaged,
@@ -32,7 +32,7 @@ k x batch input split by a static loop inside the graph):
 them and calls the optimizer every k-th step, which cannot run inside a data sink.)
 
 The cost is that MindSpore's own step counters (callbacks' ``cur_step_num``, a sink's
-length) count calls, i.e. micro-batches: the trainer converts (``engine.trainer``), and
+length) count calls, i.e. micro-batches: the trainer converts (``engine.training.trainer``), and
 the in-graph statistics count optimizer steps (a window adds one step, with the window's
 mean losses and summed foreground count, only on its last call). Gradients are reduced
 over ranks on every micro-batch: the AllReduce stays outside graph control flow, where
@@ -81,7 +81,7 @@ def build_train_step(
 
     ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``). With
     ``img_size`` (the base input size) and ``train.multiscale_range`` > 0, the batch is
-    resized inside the step (``engine.multiscale``). ``train.accumulate`` micro-batches
+    resized inside the step (``engine.training.multiscale``). ``train.accumulate`` micro-batches
     make one optimizer step; ``train.recompute`` marks cells of ``net`` for recomputation
     (:func:`models.yolox.set_recompute`).
     """
@@ -161,7 +161,7 @@ class TrainStep(nn.Cell):
     dynamic scaling): a step whose loss or (rank-reduced) gradient is NaN/Inf updates
     nothing, so the weights stay those that produced it and a stop on that loss can name
     the parameter at fault. ``float_status``: the (clear, get) float-status primitives of
-    ``engine.runtime.float_status_ops`` where the device detects overflow through its
+    ``engine.runtime.device.float_status_ops`` where the device detects overflow through its
     status register, else None (a finite check on the gradients). With a
     ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
     when this step updated no weight; :attr:`stats` sums every step for the callbacks.
@@ -169,7 +169,7 @@ class TrainStep(nn.Cell):
     calls (module docstring); a call returns the open window's mean loss terms so far
     (``num_fg`` summed), the window's lr and scale, and ``skipped`` True only on the last
     call of a skipped window. ``finite_check``: how the gradients are checked without a
-    status register (:meth:`_all_finite`; ``engine.runtime.Runtime.finite_check`` chooses
+    status register (:meth:`_all_finite`; ``engine.runtime.process.Runtime.finite_check`` chooses
     per device).
     """
 

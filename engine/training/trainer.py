@@ -380,7 +380,7 @@ def _build_callbacks(
     meta: dict,
     buckets: tuple[int, ...] = (),
 ) -> list:
-    """The run's callbacks, in phase order (``engine.callbacks.ordered``).
+    """The run's callbacks, in phase order (``engine.training.callbacks.base.ordered``).
 
     ``steps_per_sink`` counts optimizer steps; MindSpore's callbacks count calls of the
     training step, ``train.accumulate`` of them per optimizer step.

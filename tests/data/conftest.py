@@ -1,5 +1,5 @@
-"""A tiny generated shapes set shared by the pipeline tests (tests/data/test_pipeline.py
-holds their config helpers)."""
+"""A tiny generated shapes set shared by the pipeline tests (tests/support/data.py holds
+their config helpers)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import pytest
 
 from msdet.data.coco import CocoSource
 from msdet.data.synthetic import ANN_FILES, generate_shapes
-
-NUM_TRAIN, NUM_VAL = 24, 6
+from tests.support.data import NUM_TRAIN, NUM_VAL
 
 
 @pytest.fixture(scope="module")

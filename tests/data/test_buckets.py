@@ -14,7 +14,7 @@ from msdet.data.buckets import (
     target_buckets,
 )
 from msdet.data.pipeline import build_train_dataset
-from tests.data.test_pipeline import epochs_of, make_cfg
+from tests.support.data import epochs_of, make_cfg
 
 
 def cfg(buckets, max_objects=50):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 import pytest
@@ -22,22 +21,7 @@ from msdet.data.pipeline import (
 )
 from msdet.data.synthetic import ANN_FILES, generate_shapes
 from msdet.data.transforms import PAD_VALUE, filter_boxes, letterbox, resize_to_fit
-from tests.data.conftest import NUM_TRAIN, NUM_VAL
-
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data", "shapes.yaml")
-SIZE = (128, 160)
-
-
-def make_cfg(root: str, **overrides) -> DictConfig:
-    cfg = OmegaConf.load(CONFIG)
-    cfg.root = root
-    cfg.img_size = list(SIZE)
-    cfg.max_objects = 24
-    cfg.num_workers = 1
-    cfg.python_multiprocessing = False
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+from tests.support.data import NUM_TRAIN, NUM_VAL, SIZE, epochs_of, make_cfg
 
 
 def plain_cfg(root: str, **overrides) -> DictConfig:
@@ -58,11 +42,6 @@ def letterboxed(source: CocoSource, i: int) -> tuple[np.ndarray, np.ndarray, np.
 
 def chw(img: np.ndarray) -> np.ndarray:
     return img.transpose(2, 0, 1).astype(np.float32)
-
-
-def epochs_of(dataset, num_epochs: int) -> list[list[tuple[np.ndarray, ...]]]:
-    iterator = dataset.create_tuple_iterator(num_epochs=num_epochs, output_numpy=True)
-    return [[tuple(batch) for batch in iterator] for _ in range(num_epochs)]
 
 
 def corrupted_copy(tmp_path, position: int) -> CocoSource:

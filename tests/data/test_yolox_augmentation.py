@@ -11,7 +11,7 @@ import pytest
 from msdet.data.coco import CocoSource
 from msdet.data.pipeline import AugmentParams, TrainSamples
 from msdet.data.synthetic import ANN_FILES
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch
 SIZE = (320, 320)

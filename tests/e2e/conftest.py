@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.tiny_run import run_entry
+from tests.support.tiny_run import run_entry
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,12 @@
 """A 2-rank job for gradient accumulation: msdet's TrainStep with ``accumulate=2`` and a
-data-parallel gradient reducer, and the one-process computation it must equal.
+data-parallel gradient reducer (the job and its one-process reference:
+tests/support/dp_accumulate.py).
 
 ``scripts/run_distributed_train.sh 2`` starts it on every rank (``TRAIN_ENTRY=...``). Each
-rank trains a small linear model (loss: the mean over its micro-batch) for :data:`STEPS`
-optimizer steps of :data:`ACCUMULATE` micro-batches, once in fp32 with the non-finite
-skip and once with dynamic loss scaling. In optimizer step 2 only rank 1's second
-micro-batch is non-finite: the whole step must be skipped on both ranks. Each rank writes
-per-call skip flags, final weights, EMA, LR step and loss scale to
+rank trains the small linear model for ``STEPS`` optimizer steps of ``ACCUMULATE``
+micro-batches, once in fp32 with the non-finite skip and once with dynamic loss scaling,
+and writes per-call skip flags, final weights, EMA, LR step and loss scale to
 ``<run dir>/accumulate_rank<R>.npz``.
-
-:func:`reference` is the same run in one process without accumulation: each optimizer
-step is one batch of all ranks' micro-batches (equal sizes, so its mean loss has the
-mean gradient), the non-finite sample included.
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ import os
 import sys
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from msdet.engine.cli import Run, run_command
 
@@ -30,92 +24,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from msdet.engine.runtime.process import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
-
-RESULT_FILE = "accumulate_rank{rank}.npz"
-RANKS, ACCUMULATE, MICRO, STEPS = 2, 2, 3, 4
-BAD = (1, 1, 1)  # (optimizer step, rank, micro-batch), 0-based: step 2, rank 1, its 2nd
-MODES = ("skip_nonfinite", "dynamic_scale")
-LRS = np.array([0.1, 0.08, 0.05, 0.02], np.float32)
-
-
-def micro_batch(step: int, rank: int, micro: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng([step, rank, micro])
-    x = rng.normal(size=(MICRO, 3)).astype(np.float32)
-    y = rng.normal(size=(MICRO, 1)).astype(np.float32)
-    if (step, rank, micro) == BAD:
-        x[0, 1] = np.inf
-    return x, y
-
-
-def build_linear():
-    import mindspore as ms
-    from mindspore import Parameter, nn, ops
-
-    class Linear(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            w = np.array([[0.5, -1.0, 2.0]], np.float32)
-            self.weight = Parameter(ms.Tensor(w), name="weight")
-            self.bias = Parameter(ms.Tensor(np.array([0.1], np.float32)), name="bias")
-
-        def construct(self, x, y, mask):
-            err = (x * self.weight).sum(-1) + self.bias - y[:, 0]
-            total = (err**2).mean() * mask.mean()
-            zero = ops.zeros((), ms.float32)
-            return total, zero, zero, zero, zero, zero
-
-    return Linear()
-
-
-def train(mode: str, accumulate: int, reducer_world: int | None, batches) -> dict:
-    """Trains a fresh model on ``batches`` (a list of (x, y) per call)."""
-    import mindspore as ms
-    from mindspore import nn
-
-    from msdet.engine.training.ema import ModelEMA
-    from msdet.engine.training.optim import build_optimizer
-    from msdet.engine.training.step import TrainStep
-
-    sgd = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 5e-4})
-    net = build_linear()
-    opt = build_optimizer(net, LRS, sgd)
-    reducer = None
-    if reducer_world:
-        reducer = nn.DistributedGradReducer(opt.parameters, mean=True, degree=reducer_world)
-    step = TrainStep(
-        net,
-        opt,
-        ModelEMA(net),
-        loss_scale=1024.0 if mode == "dynamic_scale" else 1.0,
-        dynamic_scale=mode == "dynamic_scale",
-        skip_nonfinite=mode == "skip_nonfinite",
-        grad_reducer=reducer,
-        accumulate=accumulate,
-    )
-    step.set_train(True)
-    skipped = []
-    for x, y in batches:
-        out = step(ms.Tensor(x), ms.Tensor(y), ms.Tensor(np.ones((len(x), 1), np.float32)))
-        skipped.append(bool(out[8].asnumpy()))
-    return {
-        "weights": np.concatenate([net.weight.asnumpy().ravel(), net.bias.asnumpy()]),
-        "ema": step.ema.buffer.asnumpy().copy(),
-        "skipped": np.asarray(skipped),
-        "global_step": int(step.optimizer.global_step.asnumpy()[0]),
-        "scale": float(step.scale.asnumpy()),
-    }
-
-
-def reference() -> dict[str, dict]:
-    """Per mode: the one-process, unaccumulated run on whole steps' batches."""
-    out = {}
-    for mode in MODES:
-        batches = []
-        for s in range(STEPS):
-            parts = [micro_batch(s, r, i) for r in range(RANKS) for i in range(ACCUMULATE)]
-            batches.append(tuple(np.concatenate(a) for a in zip(*parts)))
-        out[mode] = train(mode, 1, None, batches)
-    return out
+from tests.support.dp_accumulate import ACCUMULATE, MODES, RESULT_FILE, STEPS, micro_batch, train  # noqa: E402
 
 
 def main(run: Run) -> None:

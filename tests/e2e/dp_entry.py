@@ -1,7 +1,7 @@
 """Entry point for the distributed end-to-end tests: ``train.py`` plus a per-rank weight dump.
 
 ``scripts/run_distributed_train.sh`` starts it on every rank (``TRAIN_ENTRY=...``). It
-runs train.py's Hydra main unchanged, except that ``mindspore.train.Model.train`` gets one
+runs train.py's command unchanged, except that ``mindspore.train.Model.train`` gets one
 more callback: when training ends, every rank writes its trainable parameters to
 ``<run dir>/final_weights_rank<R>.npz``, so a test can check that data parallelism kept
 the ranks identical. Production runs (train.py itself) never write these files.
@@ -17,7 +17,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-WEIGHTS_FILE = "final_weights_rank{rank}.npz"
+from tests.support.tiny_run import WEIGHTS_FILE  # noqa: E402  (needs ROOT on sys.path)
 
 
 def _add_weight_dump() -> None:

@@ -1,12 +1,12 @@
 """A tiny data-parallel job for the launcher tests: train.py's runtime set-up, a tiny MLP.
 
 ``scripts/run_distributed_train.sh N`` starts it on every rank (``TRAIN_ENTRY=...``) with
-the usual overrides. Each rank trains a two-layer MLP on its shard of a fixed regression
-problem with ``nn.TrainOneStepCell``, which reduces gradients as the data-parallel
-context set by ``engine.runtime`` says (mean over ranks), and writes its final weights and
-losses to ``<run dir>/tiny_rank<R>.npz``. With equal shards and a mean-reduced loss, N
-ranks must end exactly where one process training on the whole batch ends: the test
-checks that, so the launcher and the runtime are tested at 8 ranks in seconds.
+the usual overrides. Each rank trains the two-layer MLP of tests/support/dp_tiny.py on its
+shard of the fixed regression problem with ``nn.TrainOneStepCell``, which reduces gradients
+as the data-parallel context set by ``engine.runtime`` says (mean over ranks), and writes
+its final weights and losses to ``<run dir>/tiny_rank<R>.npz``; the test holds them against
+one process training on the whole batch, so the launcher and the runtime are tested at 8
+ranks in seconds.
 """
 
 from __future__ import annotations
@@ -24,52 +24,17 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from msdet.engine.runtime.process import setup_runtime  # noqa: E402  (needs ROOT on sys.path)
-
-SAMPLES, FEATURES, HIDDEN = 64, 8, 16
-STEPS, LR = 20, 0.05
-RESULT_FILE = "tiny_rank{rank}.npz"
-FAIL_RANK_VAR, FAIL_CODE = "TINY_FAIL_RANK", 3  # this rank exits with FAIL_CODE after init
-FAIL_SCHEDULER_VAR = "TINY_FAIL_SCHEDULER"  # msrun's scheduler exits before init
-FOREVER_VAR = "TINY_FOREVER"  # the ranks step until they are killed, printing each step
-
-
-def tiny_problem() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """The fixed data (x, y) and initial weights every rank and the reference use."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(SAMPLES, FEATURES)).astype(np.float32)
-    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] ** 2).astype(np.float32)
-    weights = {
-        "0.weight": rng.normal(0, 0.5, (HIDDEN, FEATURES)).astype(np.float32),
-        "0.bias": np.zeros(HIDDEN, np.float32),
-        "2.weight": rng.normal(0, 0.5, (1, HIDDEN)).astype(np.float32),
-        "2.bias": np.zeros(1, np.float32),
-    }
-    return x, y, weights
-
-
-def _mlp_step(weights: dict):
-    """(the MLP from ``weights``, its SGD training step)."""
-    import mindspore as ms
-    from mindspore import nn
-
-    net = nn.SequentialCell(nn.Dense(FEATURES, HIDDEN), nn.ReLU(), nn.Dense(HIDDEN, 1))
-    for name, param in net.parameters_and_names():
-        param.set_data(ms.Tensor(weights[name]))
-    step = nn.TrainOneStepCell(
-        nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), learning_rate=LR)
-    )
-    step.set_train(True)
-    return net, step
-
-
-def train_tiny(x: np.ndarray, y: np.ndarray, weights: dict) -> tuple[dict, list[float]]:
-    """``STEPS`` SGD steps of the MLP on (x, y); returns the final weights and the losses."""
-    import mindspore as ms
-
-    net, step = _mlp_step(weights)
-    xt, yt = ms.Tensor(x), ms.Tensor(y)
-    losses = [float(step(xt, yt).asnumpy()) for _ in range(STEPS)]
-    return {name: p.asnumpy() for name, p in net.parameters_and_names()}, losses
+from tests.support.dp_tiny import (  # noqa: E402
+    FAIL_CODE,
+    FAIL_RANK_VAR,
+    FAIL_SCHEDULER_VAR,
+    FOREVER_VAR,
+    RESULT_FILE,
+    SAMPLES,
+    mlp_step,
+    tiny_problem,
+    train_tiny,
+)
 
 
 def step_forever(x: np.ndarray, y: np.ndarray, weights: dict) -> None:
@@ -77,7 +42,7 @@ def step_forever(x: np.ndarray, y: np.ndarray, weights: dict) -> None:
     so a rank that dies leaves the others waiting in the collective."""
     import mindspore as ms
 
-    _, step = _mlp_step(weights)
+    _, step = mlp_step(weights)
     xt, yt = ms.Tensor(x), ms.Tensor(y)
     count = 0
     while True:

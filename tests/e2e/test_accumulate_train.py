@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from msdet.common.config import load_config
-from tests.e2e.test_train import assert_same_weights, final_weights
-from tests.e2e.tiny_run import read_results, run_entry
+from tests.support.tiny_run import assert_same_weights, final_weights, read_results, run_entry
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,8 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.e2e import dp_accumulate, dp_overflow, dp_step, dp_tiny
-from tests.e2e.dp_entry import WEIGHTS_FILE
-from tests.e2e.tiny_run import NO_AUG, ROOT, run_entry, taken_by
-from tests.support import run_python
+from tests.support import dp_accumulate, dp_overflow, dp_step, dp_tiny, run_python
+from tests.support.tiny_run import NO_AUG, ROOT, WEIGHTS_FILE, run_entry, taken_by
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distributed_train.sh")
 DP_ENTRY = os.path.join(ROOT, "tests", "e2e", "dp_entry.py")
@@ -238,7 +236,7 @@ STEP_REFERENCE = """
 import sys, numpy as np
 from hydra import compose, initialize_config_dir
 from msdet.engine.runtime.process import setup_runtime
-from tests.e2e import dp_step
+from tests.support import dp_step
 with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
     cfg = compose("config", overrides=list(dp_step.OVERRIDES))
 setup_runtime(cfg.runtime, sys.argv[2])
@@ -304,7 +302,7 @@ def one_process_reference(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray
     """dp_tiny's MLP trained by one process on all samples (in a fresh process: running
     kernels here would pin this process's MindSpore device before tests that set it)."""
     code = (
-        "import sys, numpy as np; from tests.e2e import dp_overflow, dp_step, dp_tiny;"
+        "import sys, numpy as np; from tests.support import dp_overflow, dp_step, dp_tiny;"
         "x, y, w = dp_tiny.tiny_problem(); final, losses = dp_tiny.train_tiny(x, y, w);"
         "np.savez(sys.argv[1], losses=np.asarray(losses), **final)"
     )
@@ -337,7 +335,7 @@ def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
 
 
 ACCUMULATE_REFERENCE = (
-    "import sys, numpy as np; from tests.e2e import dp_accumulate;"
+    "import sys, numpy as np; from tests.support import dp_accumulate;"
     "ref = dp_accumulate.reference();"
     "np.savez(sys.argv[1], **{f'{m}_{k}': v for m, r in ref.items() for k, v in r.items()})"
 )

@@ -14,8 +14,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from tests.e2e.tiny_run import ROOT, run_entry, tiny_val_split
-from tests.torch_reference import require_yolox
+from tests.support.tiny_run import ROOT, run_entry, tiny_val_split
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.slow
 
@@ -228,7 +228,7 @@ def test_eval_refuses_other_class_names_and_maps_them_by_name_when_asked(cache_d
     weights described in the dataset's order, their category ids moved accordingly."""
     import mindspore as ms
 
-    from tests.engine.inference.test_exported import varied_nano
+    from tests.support.inference import varied_nano
 
     order = ["triangle", "disc", "rectangle"]
     data_ids = {"disc": 1, "rectangle": 3, "triangle": 7}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from msdet.models.yolox import build_model, load_model_config
-from tests.e2e.tiny_run import run_entry
+from tests.support.tiny_run import run_entry
 
 pytestmark = pytest.mark.slow
 

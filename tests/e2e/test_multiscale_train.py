@@ -10,7 +10,7 @@ import pytest
 
 from msdet.engine.training.multiscale import scheduled_size
 from msdet.ops.cpu_kernels import default_cache_dir
-from tests.e2e.tiny_run import run_entry
+from tests.support.tiny_run import run_entry
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ import pytest
 from msdet.data.synthetic import categories_for, render_image
 from msdet.models.description import DESCRIPTION_KEY, describe
 from msdet.models.yolox import build_model, load_model_config
-from tests.data.test_media import write_video
-from tests.e2e.tiny_run import ROOT, run_entry
+from tests.support.media import write_video
+from tests.support.tiny_run import ROOT, run_entry
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.e2e.tiny_run import read_results, run_entry
+from tests.support.tiny_run import read_results, run_entry
 
 pytestmark = pytest.mark.slow
 

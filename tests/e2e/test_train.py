@@ -11,12 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-import mindspore as ms
 import numpy as np
 import pytest
 
 from msdet.common.config import load_config
-from tests.e2e.tiny_run import NO_AUG, ROOT, TINY, read_results, run_entry
+from tests.support.tiny_run import (
+    NO_AUG,
+    ROOT,
+    TINY,
+    assert_same_weights,
+    final_weights,
+    read_results,
+    run_entry,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -129,11 +136,6 @@ def test_training_fits_a_fixed_batch(tmp_path, cache_dir):
     assert last < 0.9 * first, total  # catches a run that does not train (1.0)
 
 
-def final_weights(run_dir) -> dict[str, np.ndarray]:
-    params = ms.load_checkpoint(os.path.join(run_dir, "checkpoints", "last.ckpt"))
-    return {k: v.asnumpy() for k, v in params.items() if not k.startswith("msdet_")}
-
-
 # 12 steps per epoch (48 images): long enough that a kill lands inside epoch 2. The compile
 # cache is on, as for a resumed run it would be: the straight run compiles, the stopped,
 # killed and resumed runs load its graphs (weights must still match to the last bit).
@@ -153,12 +155,6 @@ def straight(tmp_path_factory, cache_dir):
     out = run_entry("train.py", run_dir, cache_dir, *RESUME)
     assert out.returncode == 0, out.stderr[-3000:]
     return final_weights(run_dir)
-
-
-def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
-    assert set(a) == set(b)
-    worst = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
-    assert worst == 0.0, f"resumed run differs from the straight run by {worst}"
 
 
 def test_resume_continues_exactly(tmp_path, cache_dir, straight):

@@ -17,7 +17,7 @@ from msdet.models.yolox import build_model, load_model_config
 from msdet.porting.forward import compare_modules
 from msdet.porting.reference import build_torch_yolox, calibrate
 from msdet.porting.report import first_failure
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from msdet.models.loss import YOLOXLoss
-from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
-from tests.torch_reference import require_yolox
+from tests.support.loss_cases import anchor_grid, random_raw_outputs, random_targets
+from tests.support.torch_reference import require_yolox
 
 # Every test here takes seconds: it compiles, trains or starts a process.
 pytestmark = pytest.mark.slow

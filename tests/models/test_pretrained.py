@@ -110,7 +110,7 @@ def test_missing_file_names_it(tmp_path):
 
 @pytest.mark.torch
 def test_pytorch_pth_of_80_classes_loads_directly(tmp_path):
-    from tests.torch_reference import require_torch, require_yolox
+    from tests.support.torch_reference import require_torch, require_yolox
 
     torch = require_torch()
 

@@ -19,7 +19,7 @@ from msdet.models.convert_pytorch import ConversionError, load_torch_checkpoint,
 from msdet.models.torch_pickle import TorchCheckpointError, UnsafeCheckpointError, load_torch_file
 from msdet.models.yolox import load_model_config, model_names
 from tests.support import ROOT
-from tests.torch_reference import require_torch, require_yolox
+from tests.support.torch_reference import require_torch, require_yolox
 
 BIG = {"yolox_m", "yolox_l", "yolox_x"}
 

@@ -54,8 +54,8 @@ def _assign(monkeypatch, rule: str, float16_topk: bool = False):
     ``float16_topk``: TopK sees its input cast to float16, as on the Atlas training series
     under ``allow_fp32_to_fp16``."""
     from msdet.ops.boxes import decode_boxes
-    from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
-    from tests.modes import execution_mode
+    from tests.support.loss_cases import anchor_grid, random_raw_outputs, random_targets
+    from tests.support.modes import execution_mode
 
     seen = []
     real_topk = ops.topk

@@ -16,7 +16,7 @@ from msdet.models.layers import BN_EPS, BN_MOMENTUM, BaseConv
 from msdet.ops import cpu_kernels
 from msdet.ops.batchnorm_silu import BatchNormSiLU
 from msdet.ops.cpu_kernels import set_kernel_threads
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 
 class Native(nn.Cell):

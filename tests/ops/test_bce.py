@@ -9,8 +9,8 @@ import pytest
 from mindspore import nn
 
 from msdet.ops.bce import BCEWithLogits, ClassBCE
-from tests.loss_cases import loss_with_and_without
-from tests.modes import execution_mode
+from tests.support.loss_cases import loss_with_and_without
+from tests.support.modes import execution_mode
 
 CLASSES = 80
 # Logits a trained head produces, and the edges of the kernel's exp and log1p: signed zeros,

@@ -10,7 +10,7 @@ from mindspore import nn, ops
 from msdet.ops import cpu_kernels
 from msdet.ops.depthwise import DepthwiseConv2d
 from msdet.ops.pointwise_conv import PointwiseConv2d
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 
 class WithSens(nn.Cell):

@@ -9,7 +9,7 @@ import pytest
 from mindspore import Parameter, nn
 
 from msdet.engine.training.ema import ModelEMA
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), ())
 

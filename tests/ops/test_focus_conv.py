@@ -12,7 +12,7 @@ from msdet.models.backbone import CSPDarknet
 from msdet.models.layers import Focus
 from msdet.ops import cpu_kernels
 from msdet.ops.focus_conv import focus_conv_op, space_to_depth_weight
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 
 def _space_to_depth(x: np.ndarray) -> np.ndarray:

@@ -9,8 +9,8 @@ import pytest
 
 from msdet.ops.assigner import SimOTAAssigner
 from msdet.ops.nms import BatchedNMS
-from tests.loss_cases import anchor_grid, random_raw_outputs, random_targets
-from tests.ops.test_nms import random_predictions
+from tests.support.loss_cases import anchor_grid, random_raw_outputs, random_targets
+from tests.support.nms import random_predictions
 
 # Every test here takes seconds: it compiles, trains or starts a process.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("graph_mode")]

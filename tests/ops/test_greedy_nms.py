@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from msdet.ops.nms import BatchedNMS, greedy_nms_op, postprocess_numpy, suppress
-from tests.ops.test_nms import random_predictions, run
+from tests.support.nms import random_predictions, run_nms
 
 pytestmark = pytest.mark.usefixtures("graph_mode")
 
@@ -103,8 +103,8 @@ def test_batched_nms_on_the_kernel_gives_the_same_detections(library, class_agno
     preds[1, :, 4] *= 0.02  # one image with few candidates above the threshold
     settings = dict(conf_thresh=0.01, iou_thresh=0.65, pre_nms_topk=1000, max_det=300)
     settings["class_agnostic"] = class_agnostic
-    native = run(BatchedNMS(80, **settings, library=None), preds)
-    compiled = run(BatchedNMS(80, **settings, library=library), preds)
+    native = run_nms(BatchedNMS(80, **settings, library=None), preds)
+    compiled = run_nms(BatchedNMS(80, **settings, library=library), preds)
     np.testing.assert_array_equal(compiled[1], native[1])
     np.testing.assert_array_equal(compiled[0], native[0])
     assert native[1].min() > 20, "detections to compare"
@@ -116,5 +116,5 @@ def test_batched_nms_on_the_kernel_gives_the_same_detections(library, class_agno
 def test_no_candidates_give_no_detections(library):
     preds = random_predictions(np.random.default_rng(8), 2, 500, 3)
     preds[..., 4] = 1e-4  # every score under conf_thresh
-    dets, counts = run(BatchedNMS(3, 0.01, 0.65, 100, 50, library=library), preds)
+    dets, counts = run_nms(BatchedNMS(3, 0.01, 0.65, 100, 50, library=library), preds)
     assert counts.tolist() == [0, 0] and not dets.any()

@@ -9,8 +9,8 @@ import pytest
 from mindspore import nn
 
 from msdet.ops.loss_terms import TERMS, LossTerms
-from tests.loss_cases import anchor_grid, loss_with_and_without, random_raw_outputs
-from tests.modes import execution_mode
+from tests.support.loss_cases import anchor_grid, loss_with_and_without, random_raw_outputs
+from tests.support.modes import execution_mode
 
 CLASSES = 80
 WEIGHTS = np.array([5.0, 1.0, 1.3, 0.7])  # the IoU term's weight, and the others differ

@@ -7,20 +7,9 @@ import numpy as np
 import pytest
 
 from msdet.ops.nms import ASCEND_MAX_NMS_BOXES, BatchedNMS, greedy_nms, postprocess_numpy
+from tests.support.nms import random_predictions, run_nms
 
 pytestmark = pytest.mark.usefixtures("graph_mode")
-
-
-def random_predictions(
-    rng: np.random.Generator, batch: int, anchors: int, num_classes: int, size: float = 320.0
-) -> np.ndarray:
-    """Decoded predictions [B, A, 5 + C] with many overlapping boxes of several classes."""
-    preds = np.empty((batch, anchors, 5 + num_classes), np.float32)
-    preds[..., 0:2] = rng.uniform(0, size, (batch, anchors, 2))
-    preds[..., 2:4] = rng.uniform(4, size / 4, (batch, anchors, 2))
-    preds[..., 4] = rng.uniform(0, 1, (batch, anchors))
-    preds[..., 5:] = rng.uniform(0, 1, (batch, anchors, num_classes))
-    return preds
 
 
 def prediction_rows(boxes_xyxy, obj, cls_probs) -> np.ndarray:
@@ -32,11 +21,6 @@ def prediction_rows(boxes_xyxy, obj, cls_probs) -> np.ndarray:
         (centers, sizes, np.asarray(obj, np.float32)[:, None], np.asarray(cls_probs, np.float32)), 1
     )
     return rows[None]
-
-
-def run(nms: BatchedNMS, preds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    dets, counts = nms(ms.Tensor(preds))
-    return dets.asnumpy(), counts.asnumpy()
 
 
 def assert_matches_reference(dets, counts, expected: list[np.ndarray]) -> None:
@@ -63,7 +47,7 @@ def test_kept_set_equals_numpy_greedy_nms(anchors, topk, class_agnostic):
         max_det=3000,
         class_agnostic=class_agnostic,
     )
-    dets, counts = run(BatchedNMS(4, **settings), preds)
+    dets, counts = run_nms(BatchedNMS(4, **settings), preds)
     expected = postprocess_numpy(preds, 4, **settings)
     assert_matches_reference(dets, counts, expected)
     candidates = min(topk, int(((preds[0, :, 4] * preds[0, :, 5:].max(1)) >= 0.05).sum()))
@@ -76,12 +60,12 @@ def test_kept_set_equals_numpy_greedy_nms(anchors, topk, class_agnostic):
 def test_max_det_keeps_the_highest_scores_and_pads_small_inputs():
     rng = np.random.default_rng(1)
     preds = random_predictions(rng, 3, 60, num_classes=2)
-    dets, counts = run(BatchedNMS(2, 0.0, 0.65, pre_nms_topk=40, max_det=100), preds)
+    dets, counts = run_nms(BatchedNMS(2, 0.0, 0.65, pre_nms_topk=40, max_det=100), preds)
     assert dets.shape == (3, 100, 6) and counts.dtype == np.int32
     expected = postprocess_numpy(preds, 2, 0.0, 0.65, pre_nms_topk=40, max_det=100)
     assert_matches_reference(dets, counts, expected)
 
-    dets, counts = run(BatchedNMS(2, 0.0, 0.65, pre_nms_topk=40, max_det=5), preds)
+    dets, counts = run_nms(BatchedNMS(2, 0.0, 0.65, pre_nms_topk=40, max_det=5), preds)
     assert dets.shape == (3, 5, 6) and list(counts) == [5, 5, 5]
     for i in range(3):
         np.testing.assert_allclose(dets[i], expected[i][:5], atol=1e-6)
@@ -92,7 +76,7 @@ def test_no_candidates_gives_zero_count_and_zero_rows():
     rng = np.random.default_rng(2)
     preds = random_predictions(rng, 2, 200, num_classes=3)
     preds[..., 4] = 0.001  # every score < 0.01
-    dets, counts = run(BatchedNMS(3, 0.01, 0.65, 100, 10), preds)
+    dets, counts = run_nms(BatchedNMS(3, 0.01, 0.65, 100, 10), preds)
     assert list(counts) == [0, 0]
     assert not dets.any()
 
@@ -102,7 +86,7 @@ def test_score_threshold_is_inclusive_like_yolox():
     preds = prediction_rows(
         [[0, 0, 10, 10], [50, 50, 60, 60]], obj=[0.5, 0.5], cls_probs=[[0.5], [0.25]]
     )
-    dets, counts = run(
+    dets, counts = run_nms(
         BatchedNMS(1, conf_thresh=0.25, iou_thresh=0.65, pre_nms_topk=2, max_det=2), preds
     )
     assert counts[0] == 1
@@ -117,12 +101,12 @@ def test_duplicates_collapse_to_the_best_box_per_class():
     # anchor 6, 0.95 * 0.8); the offset box 6 overlaps the others with IoU 0.91.
     cls = [[0.9, 0.1]] * 5 + [[0.1, 0.9], [0.2, 0.8]]
     preds = prediction_rows(boxes, obj, cls)
-    dets, counts = run(BatchedNMS(2, 0.01, 0.65, pre_nms_topk=7, max_det=7), preds)
+    dets, counts = run_nms(BatchedNMS(2, 0.01, 0.65, pre_nms_topk=7, max_det=7), preds)
     assert counts[0] == 2  # one per class; every other box is suppressed by its class's best
     np.testing.assert_allclose(dets[0, :2, 4], [0.9 * 0.9, 0.95 * 0.8], rtol=1e-6)
     np.testing.assert_array_equal(dets[0, :2, 5], [0, 1])
     np.testing.assert_allclose(dets[0, :2, :4], [[10, 10, 50, 50], [11, 11, 51, 51]])
-    dets, counts = run(
+    dets, counts = run_nms(
         BatchedNMS(2, 0.01, 0.65, pre_nms_topk=7, max_det=7, class_agnostic=True), preds
     )
     assert counts[0] == 1 and dets[0, 0, 5] == 0
@@ -134,7 +118,7 @@ def test_iou_exactly_at_threshold_is_kept():
     # exactly, both kept; right pair: IoU([100,0,110,10], [100,0,110,5.2]) = 0.52, suppressed.
     boxes = [[0, 0, 10, 10], [0, 0, 10, 5], [100, 0, 110, 10], [100, 0, 110, 5.2]]
     preds = prediction_rows(boxes, obj=[0.9, 0.8, 0.7, 0.6], cls_probs=[[1.0]] * 4)
-    dets, counts = run(BatchedNMS(1, 0.01, iou_thresh=0.5, pre_nms_topk=4, max_det=4), preds)
+    dets, counts = run_nms(BatchedNMS(1, 0.01, iou_thresh=0.5, pre_nms_topk=4, max_det=4), preds)
     assert counts[0] == 3
     np.testing.assert_allclose(dets[0, :3, 4], [0.9, 0.8, 0.7], rtol=1e-6)
 
@@ -159,7 +143,7 @@ def test_non_finite_predictions_are_never_kept():
     preds[0, list(bad), 5:] = 0.9
     for row, (col, value) in bad.items():
         preds[0, row, col] = value
-    dets, counts = run(BatchedNMS(3, 0.01, 0.65, 300, 300), preds)
+    dets, counts = run_nms(BatchedNMS(3, 0.01, 0.65, 300, 300), preds)
     assert np.isfinite(dets).all()
     clean = preds.copy()
     clean[0, list(bad), 4] = 0.0  # the same anchors, simply below the threshold
@@ -171,7 +155,7 @@ def test_float16_predictions_match_float32_and_large_offsets_do_not_overflow():
     rng = np.random.default_rng(4)
     preds16 = random_predictions(rng, 2, 500, num_classes=3).astype(np.float16)
     nms = BatchedNMS(3, 0.05, 0.5, 500, 500)
-    dets, counts = run(nms, preds16)
+    dets, counts = run_nms(nms, preds16)
     assert dets.dtype == np.float32
     assert_matches_reference(
         dets, counts, postprocess_numpy(preds16.astype(np.float32), 3, 0.05, 0.5, 500, 500)
@@ -182,7 +166,7 @@ def test_float16_predictions_match_float32_and_large_offsets_do_not_overflow():
     cls = np.zeros((3, 80), np.float32)
     cls[0, 0] = cls[1, 79] = cls[2, 79] = 0.9
     preds = prediction_rows([[1200, 1200, 1280, 1280]] * 3, obj=[0.9, 0.8, 0.7], cls_probs=cls)
-    dets, counts = run(BatchedNMS(80, 0.01, 0.65, 3, 3), preds.astype(np.float16))
+    dets, counts = run_nms(BatchedNMS(80, 0.01, 0.65, 3, 3), preds.astype(np.float16))
     assert counts[0] == 2
     np.testing.assert_array_equal(dets[0, :2, 5], [0, 79])
     np.testing.assert_allclose(dets[0, :2, :4], [[1200, 1200, 1280, 1280]] * 2)
@@ -194,7 +178,7 @@ def test_classes_stay_apart_for_boxes_left_of_the_image():
     # exactly on the class-0 box [90, 100] and would be suppressed; per-class NMS keeps both.
     cls = [[1.0, 0.0], [0.0, 1.0]]
     preds = prediction_rows([[90, 90, 100, 100], [-11, -11, -1, -1]], obj=[0.9, 0.8], cls_probs=cls)
-    dets, counts = run(BatchedNMS(2, 0.01, 0.65, 2, 2), preds)
+    dets, counts = run_nms(BatchedNMS(2, 0.01, 0.65, 2, 2), preds)
     assert counts[0] == 2
     np.testing.assert_allclose(dets[0, 1, :4], [-11, -11, -1, -1])
 
@@ -217,7 +201,7 @@ def test_greedy_nms_reference():
 @pytest.fixture(scope="module")
 def yolox_outputs() -> np.ndarray:
     """Decoded outputs [2, 1344, 85] of a calibrated PyTorch YOLOX-nano at 256 px."""
-    from tests.torch_reference import require_yolox
+    from tests.support.torch_reference import require_yolox
 
     require_yolox()
     import torch
@@ -244,7 +228,7 @@ def test_matches_yolox_postprocess(source, class_agnostic, yolox_outputs):
     candidates, but small boxes that rarely overlap, so this checks decoding, scores and
     thresholding); ``crowded``: random predictions with heavy overlap, so NMS decides a lot.
     """
-    from tests.torch_reference import require_yolox
+    from tests.support.torch_reference import require_yolox
 
     yolox = require_yolox()
     import torch
@@ -264,7 +248,7 @@ def test_matches_yolox_postprocess(source, class_agnostic, yolox_outputs):
     )
     topk = min(anchors, ASCEND_MAX_NMS_BOXES)
     nms = BatchedNMS(80, 0.01, 0.65, pre_nms_topk=topk, max_det=topk, class_agnostic=class_agnostic)
-    dets, counts = run(nms, preds)
+    dets, counts = run_nms(nms, preds)
     suppressed = 0
     for i, out in enumerate(ref):
         out = out.numpy()
@@ -302,7 +286,7 @@ def test_host_nms_equals_the_device_nms_at_80_classes_and_the_full_candidate_cap
         max_det=300,
         class_agnostic=class_agnostic,
     )
-    device_dets, device_counts = run(BatchedNMS(80, **settings), preds)
+    device_dets, device_counts = run_nms(BatchedNMS(80, **settings), preds)
     host_dets, host_counts = HostNMS(80, **settings)(ms.Tensor(preds))
     assert host_dets.dtype == np.float32 and host_counts.dtype == np.int32
     assert device_counts.min() >= 100  # plenty kept: the comparison is not of empty sets

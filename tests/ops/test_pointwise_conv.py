@@ -11,7 +11,7 @@ from mindspore import nn
 from msdet.models.layers import CSPLayer, conv2d
 from msdet.ops import cpu_kernels
 from msdet.ops.pointwise_conv import PointwiseConv2d, pointwise_conv_op
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 
 class WeightedSum(nn.Cell):

@@ -1,5 +1,5 @@
 """ops.sgd: one SGD operator over all parameters, writing them in place, against
-MindSpore's SGD per parameter (engine.optim.DecayInKernelSGD on either)."""
+MindSpore's SGD per parameter (engine.training.optim.DecayInKernelSGD on either)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from mindspore import Parameter, nn, ops
 
 from msdet.engine.training.optim import DecayInKernelSGD
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 SHAPES = ((4, 3, 3, 3), (7,), (5, 2), (1,))
 

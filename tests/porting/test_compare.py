@@ -16,7 +16,7 @@ from msdet.porting.forward import major_modules
 from msdet.porting.inputs import yolox_preprocess
 from msdet.porting.reference import INSTALL_HINT, ReferenceMissingError
 from msdet.porting.report import ModuleDiff, build_report
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 SIZE = "64"  # small: the tool's cost is mostly compilation and the float64 reference
 WHOLE_NETWORK_ROWS = [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from msdet.porting.forward import module_float64, module_row
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch
 

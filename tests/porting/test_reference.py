@@ -13,7 +13,7 @@ import pytest
 
 from msdet.ops.nms import greedy_nms
 from msdet.porting.reference import _batched_nms, _greedy_nms, install_torchvision_standin
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 pytestmark = pytest.mark.torch
 

@@ -308,7 +308,10 @@ def main():
         "sources": {
             "ge_adapters": f"github:mindspore-ai/mindspore_test HEAD (r2.7.rc1, 2025-07-05) {ADAPTER_DIR}/*.cc",
             "names": "MindSpore 2.10.0 wheel include/ headers (op_adapter_map.h kName*, *_op_name.h, GVAR_DEF kPrim*)",
-            "dispatch": "2.7 op_def/yaml + 2.10 wheel ops/auto_generate/gen_ops_prim.py pyboost_* calls",
+            "dispatch": (
+                "2.7 op_def/yaml + 2.10 wheel mindspore/ops/auto_generate/gen_ops_prim.py "
+                "pyboost_* calls"
+            ),
         },
         "n_ge_adapters_parsed": len(ge),
         "fields": {

@@ -102,7 +102,7 @@ def tensor_dtype(ir_type: str | None) -> str | None:
     m = re.fullmatch(r"(?:tuple|list)\[(\w+)(?:\*\d+)?(?:,.*)?\]", ir_type)
     if m and not m.group(1).startswith("scalar"):
         return m.group(1)
-    if ir_type.startswith(("scalar:", "tuple", "list", "none")):
+    if ir_type.startswith(("scalar:", "tuple", "list", "none", "monad")):
         return None
     return ir_type
 

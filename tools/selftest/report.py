@@ -38,9 +38,9 @@ from msdet.tools.selftest.device import (
     read_results,
 )
 
-# MindYOLO's YOLOX graphs compile in 170-341 s each on Ascend 910 (jit level O2; its
-# configs/yolox/README.md): the self-test's graphs are nano's, but a card's budget is set by
-# how many it compiles.
+# MindYOLO's YOLOX graphs compile in 170-341 s each on Ascend 910 (jit level O2;
+# mindspore-lab/mindyolo/configs/yolox/README.md): the self-test's graphs are nano's, but a
+# card's budget is set by how many it compiles.
 MINDYOLO_COMPILE_S = (170, 341)
 BUDGET_S = 600
 REFERENCE_NAME = "CPU reference (host, PyNative)"

@@ -15,8 +15,8 @@ log = logging.getLogger("train")
 
 class CompileTrainingGraph(Callback):
     """Compiles each training graph before the first step that runs it (graph mode, one
-    input size; ``engine.multiscale`` does the same per size) and logs how long it took
-    (``engine.graphs``). One graph per input shape: one in all, or one per target bucket
+    input size; ``engine.training.multiscale`` does the same per size) and logs how long it took
+    (``engine.training.graphs``). One graph per input shape: one in all, or one per target bucket
     (``data.target_buckets``), compiled when a batch first needs it. ``buckets`` with
     ``compile_all_first``: every bucket's graph before the first step, in bucket order
     (MindSpore's persistent compile cache finds graphs by compile order; with several

@@ -99,7 +99,7 @@ def duration_text(seconds: float) -> str:
 
 class StepProgress(EpochCallback):
     """A bar with ETA over the steps of each epoch, beside LossMonitor (whose lines it keeps
-    above the bar); a line every 10% when the output is not a terminal (``data.progress``).
+    above the bar); a line every 10% when the output is not a terminal (``common.progress``).
 
     With data sinking MindSpore reports step ends once per sink: the bar moves a sink at a
     time, to the step MindSpore has counted, and ends at 100% with the epoch.

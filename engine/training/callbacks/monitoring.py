@@ -21,12 +21,12 @@ from msdet.engine.training.step_stats import read_and_reset
 log = logging.getLogger("train")
 
 LONG_OVERFLOW_RUN = 10  # overflowed steps in a row that make the overflow line a warning
-# Positions in the training step's outputs (see engine.train_step.TrainStep).
+# Positions in the training step's outputs (see engine.training.step.TrainStep).
 OUT_LR, OUT_SCALE = 6, 7
 
 
 class StepStats(EpochCallback):
-    """Reads the training step's in-graph statistics (``engine.step_stats``) at each
+    """Reads the training step's in-graph statistics (``engine.training.step_stats``) at each
     step-end call, which is once per sink with data sinking, and every step without.
 
     fp32: a skipped step (non-finite loss or gradient on any rank) stops the run, naming

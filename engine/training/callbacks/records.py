@@ -20,7 +20,7 @@ log = logging.getLogger("train")
 
 class CheckpointCallback(EpochCallback):
     """``best.ckpt`` on a new best mAP, keep-last-k epoch files, ``last.ckpt`` every epoch,
-    with the run's state (``engine.checkpoint``). Reads ``is_best``, ``best_map`` and
+    with the run's state (``engine.training.checkpoints``). Reads ``is_best``, ``best_map`` and
     ``bad_evals`` (written by :class:`EvalCallback`). A write that fails (a full disk) stops
     the run with the error; the checkpoints written before it are intact."""
 
@@ -54,7 +54,7 @@ class CheckpointCallback(EpochCallback):
 
 
 class ResultsCallback(EpochCallback):
-    """``results.csv`` (one row per epoch) and ``results.png`` (``engine.run_record``).
+    """``results.csv`` (one row per epoch) and ``results.png`` (``engine.training.run_record``).
     Reads ``history`` (all rows, the one :class:`EpochSummary` appended included). Writes
     nothing once the run failed (a checkpoint that could not be written, a non-finite
     loss): the record then ends with the last epoch it has a checkpoint of."""

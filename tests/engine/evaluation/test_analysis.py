@@ -29,25 +29,9 @@ from msdet.engine.evaluation.analysis import (
     pr_curves,
 )
 from tests.support import ROOT as REPO_ROOT
+from tests.support.evaluation import HAND_DETS, HAND_GT, dataset, det
 
 ROOT = Path(REPO_ROOT)
-
-
-def dataset(images, anns, cats):
-    """A COCO dataset dict; annotation ids from 1, area and iscrowd filled in."""
-    annotations = []
-    for k, ann in enumerate(anns, start=1):
-        x, y, w, h = ann["bbox"]
-        annotations.append({"id": k, "area": w * h, "iscrowd": 0, **ann})
-    return {
-        "images": [{"id": i, "file_name": f"{i}.jpg", "width": 320, "height": 240} for i in images],
-        "annotations": annotations,
-        "categories": [{"id": c, "name": f"c{c}"} for c in cats],
-    }
-
-
-def det(image_id, category_id, bbox, score):
-    return {"image_id": image_id, "category_id": category_id, "bbox": bbox, "score": score}
 
 
 def cocoeval_precision(gt, dets, cat_ids, img_ids=None) -> np.ndarray:
@@ -65,44 +49,6 @@ def cocoeval_precision(gt, dets, cat_ids, img_ids=None) -> np.ndarray:
         ev.accumulate()
     assert ev.params.iouThrs[0] == 0.5 and ev.params.maxDets[2] == 100
     return ev.eval["precision"][0, :, :, 0, 2].T
-
-
-# cat 1, dog 2, bird 5 (ground truth, never detected), fish 9 (detected, no ground truth),
-# tie 11 (COCOeval's edge cases, image 4); image ids out of order; a crowd cat region in
-# image 1; duplicates and tied scores.
-HAND_GT = dataset(
-    [3, 1, 2, 4],
-    [
-        {"image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 40]},
-        {"image_id": 1, "category_id": 2, "bbox": [100, 100, 50, 30]},
-        {"image_id": 1, "category_id": 1, "bbox": [150, 0, 80, 80], "iscrowd": 1},
-        {"image_id": 2, "category_id": 1, "bbox": [0, 0, 20, 20]},
-        {"image_id": 2, "category_id": 1, "bbox": [25, 0, 20, 20]},
-        {"image_id": 2, "category_id": 5, "bbox": [50, 50, 10, 10]},
-        {"image_id": 3, "category_id": 2, "bbox": [30, 30, 60, 60]},
-        {"image_id": 3, "category_id": 5, "bbox": [0, 0, 5, 5]},
-        {"image_id": 4, "category_id": 11, "bbox": [0, 0, 30, 10]},
-        {"image_id": 4, "category_id": 11, "bbox": [10, 0, 30, 10]},
-        {"image_id": 4, "category_id": 11, "bbox": [100, 0, 20, 10]},
-    ],
-    [1, 2, 5, 9, 11],
-)
-HAND_DETS = [
-    det(1, 1, [12, 11, 40, 38], 0.9),
-    det(1, 1, [160, 10, 30, 30], 0.85),  # inside the crowd region: ignored
-    det(1, 2, [100, 100, 50, 30], 0.6),
-    det(1, 1, [100, 100, 50, 30], 0.6),  # the dog called a cat
-    det(1, 2, [300, 200, 10, 10], 0.6),
-    det(2, 1, [0, 0, 20, 20], 0.7),
-    det(2, 1, [1, 0, 20, 20], 0.65),  # duplicate
-    det(2, 1, [25, 0, 20, 20], 0.3),
-    det(2, 9, [50, 50, 10, 10], 0.5),
-    det(3, 2, [32, 28, 58, 62], 0.95),
-    det(3, 2, [30, 30, 60, 60], 0.2),  # duplicate
-    det(4, 11, [5, 0, 30, 10], 0.9),  # IoU 0.714 with both boxes: takes the later one
-    det(4, 11, [0, 0, 25, 10], 0.8),  # so this one (IoU 0.833 / 0.375) finds the first
-    det(4, 11, [100, 0, 10, 10], 0.7),  # IoU exactly 0.5: a hit
-]
 
 
 def test_pr_curve_equals_pycocotools_on_a_hand_made_set():

@@ -9,80 +9,19 @@ import os
 
 import numpy as np
 import pytest
-from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from msdet.engine.evaluation.coco import CocoEvaluator
 from msdet.engine.evaluation.detections import detections_to_original, prediction_records
 from msdet.engine.evaluation.speed import SpeedMeter, format_speed
-
-# Non-contiguous category ids, as in COCO (1..90 with gaps).
-CATEGORIES = [{"id": 1, "name": "disc"}, {"id": 3, "name": "box"}, {"id": 7, "name": "triangle"}]
-CATEGORY_IDS = [1, 3, 7]
-CLASS_NAMES = ["disc", "box", "triangle"]
-SCALE = 0.5  # letterbox scale: the model sees every image at half size
-
-
-def ground_truth() -> tuple[COCO, dict[int, list[tuple[list[float], int]]]]:
-    """Four 400x300 images, each with one large 100x100 object of a known category."""
-    objects = {
-        1: [([20.0, 30.0, 100.0, 100.0], 1)],
-        2: [([150.0, 100.0, 100.0, 100.0], 3)],
-        3: [([200.0, 150.0, 100.0, 100.0], 7)],
-        4: [([50.0, 50.0, 100.0, 100.0], 3)],
-    }
-    dataset = {
-        "images": [
-            {"id": i, "width": 400, "height": 300, "file_name": f"{i}.jpg"} for i in objects
-        ],
-        "categories": CATEGORIES,
-        "annotations": [
-            {
-                "id": 10 * img + k,
-                "image_id": img,
-                "category_id": cat,
-                "bbox": box,
-                "area": box[2] * box[3],
-                "iscrowd": 0,
-            }
-            for img, objs in objects.items()
-            for k, (box, cat) in enumerate(objs)
-        ],
-    }
-    gt = COCO()
-    gt.dataset = dataset
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt.createIndex()
-    return gt, objects
-
-
-def model_detections(objects, shift: float = 0.0, score: float = 0.9, max_det: int = 5):
-    """What the detector would output for each object: letterboxed xyxy, score, class index."""
-    ids = sorted(objects)
-    dets = np.zeros((len(ids), max_det, 6), np.float32)
-    counts = np.zeros(len(ids), np.int32)
-    for i, img in enumerate(ids):
-        for k, (box, cat) in enumerate(objects[img]):
-            x, y, w, h = box
-            dets[i, k] = [
-                (x + shift) * SCALE,
-                y * SCALE,
-                (x + shift + w) * SCALE,
-                (y + h) * SCALE,
-                score,
-                CATEGORY_IDS.index(cat),
-            ]
-            counts[i] += 1
-    scales = np.full(len(ids), SCALE)
-    sizes = np.tile([300, 400], (len(ids), 1))
-    return dets, counts, ids, scales, sizes
-
-
-def evaluate(tmp_path, dets, counts, ids, scales, sizes, **kwargs):
-    gt, _ = ground_truth()
-    ev = CocoEvaluator(gt, CATEGORY_IDS, CLASS_NAMES, out_dir=str(tmp_path))
-    ev.update(dets, counts, ids, scales, sizes)
-    return ev.evaluate(**kwargs)
+from tests.support.evaluation import (
+    CATEGORY_IDS,
+    CLASS_NAMES,
+    SCALE,
+    evaluate,
+    ground_truth,
+    model_detections,
+)
 
 
 def test_perfect_detections_give_ap_one(tmp_path, caplog):

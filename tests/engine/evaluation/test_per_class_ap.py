@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import glob
 import json
-import struct
 
 import pytest
-from tensorboardX.proto import event_pb2
 
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.records import TensorBoardCallback
-from tests.engine.evaluation.test_coco import CATEGORY_IDS, evaluate, ground_truth, model_detections
-
-
-def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from the TensorBoard event files in ``log_dir``."""
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(glob.glob(f"{log_dir}/events.out.tfevents.*")):
-        with open(path, "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos < len(data):  # TFRecord: length, crc, payload, crc
-            (length,) = struct.unpack("<Q", data[pos : pos + 8])
-            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
-            pos += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
+from tests.support.evaluation import CATEGORY_IDS, evaluate, ground_truth, model_detections
+from tests.support.training import tensorboard_scalars
 
 
 def test_ap50_per_class_differs_from_ap_where_boxes_are_loose(tmp_path):
@@ -75,7 +57,7 @@ def test_tensorboard_gets_one_scalar_per_class_and_skips_classes_without_ground_
     state.evaluated = False  # an epoch without evaluation writes no per-class point
     cb.end_epoch(2, None)
     cb.on_train_end(None)
-    scalars = read_scalars(tmp_path)
+    scalars = tensorboard_scalars(tmp_path)
     assert scalars["AP_per_class/cat"] == [(1, 0.25)]
     assert scalars["AP50_per_class/dog"] == [(1, 0.875)]
     assert scalars["AP50_per_class/cat"] == [(1, 0.5)]

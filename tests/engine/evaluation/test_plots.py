@@ -24,7 +24,7 @@ from msdet.engine.evaluation.plots import (
     val_grid_conf,
     write_evaluation_plots,
 )
-from tests.engine.evaluation.test_analysis import HAND_DETS, HAND_GT, det
+from tests.support.evaluation import HAND_DETS, HAND_GT, det
 
 HAND_IDS = [1, 2, 5, 9, 11]
 HAND_NAMES = ["cat", "dog", "bird", "fish", "tie"]

@@ -1,4 +1,4 @@
-"""engine.deploy: the ATC and MindSpore Lite commands built from export.py's record, the
+"""engine.inference.deploy: the ATC and MindSpore Lite commands built from export.py's record, the
 checks on it, and a clear word when the tools are absent (they are, here)."""
 
 from __future__ import annotations

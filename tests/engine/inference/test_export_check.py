@@ -9,8 +9,8 @@ from msdet.common.config import load_config
 from msdet.engine.inference.export_check import compare_on_val
 from msdet.engine.inference.exported import METADATA_KEY
 from msdet.models.description import ClassMismatchError
-from tests.engine.inference.test_exported import info
-from tests.engine.inference.test_onnx_graph import write_model
+from tests.support.inference import export_info as info
+from tests.support.inference import write_model
 
 
 def test_a_named_dataset_of_other_classes_is_an_error_and_the_default_one_is_skipped(tmp_path):

@@ -18,9 +18,9 @@ from msdet.data.synthetic import categories_for, render_image
 from msdet.engine.inference.export_check import compare_on_val
 from msdet.models.weights import load_described_detector
 from msdet.models.yolox import build_model, load_model_config
-from tests.e2e.tiny_run import run_entry
-from tests.engine.inference.test_exported import varied_nano
 from tests.support import ROOT
+from tests.support.inference import varied_nano
+from tests.support.tiny_run import run_entry
 
 
 def run_export(*overrides: str) -> subprocess.CompletedProcess:

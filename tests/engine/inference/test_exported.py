@@ -12,35 +12,16 @@ from omegaconf import OmegaConf
 
 from msdet.engine.inference.exported import (
     METADATA_KEY,
-    OUTPUTS_WITH_NMS,
     ExportedModel,
     ExportedModelError,
     ExportedNMS,
-    ExportInfo,
     exported_nms,
     inference_size,
     read_export_info,
     weights_format,
 )
-from tests.engine.inference.test_onnx_graph import write_model
-
-
-def info(**changes) -> ExportInfo:
-    fields = {
-        "format": "ONNX",
-        "model": "yolox_nano",
-        "num_classes": 3,
-        "class_names": ["disc", "rectangle", "triangle"],
-        "category_ids": [1, 3, 7],
-        "input_shape": [2, 3],
-        "with_nms": True,
-        "nms": {"conf_thresh": 0.01, "nms_iou": 0.65, "pre_nms_topk": 1000, "max_det": 100,
-                "class_agnostic": False},
-        "outputs": dict(OUTPUTS_WITH_NMS),
-        "checkpoint": "best.ckpt",
-        "ema_weights": True,
-    }  # fmt: skip
-    return ExportInfo(**{**fields, **changes})
+from tests.support.inference import export_info as info
+from tests.support.inference import varied_nano, write_model
 
 
 def test_the_format_is_the_suffix():
@@ -127,31 +108,6 @@ def test_a_checkpoint_runs_at_its_described_size_unless_one_is_typed():
     assert list(cfg.eval.img_size) == [320, 320]
     with pytest.raises(ValueError, match="best.ckpt: its described input size must be a size"):
         inference_size(cfg, {}, described=[100, 100], path="best.ckpt")
-
-
-def varied_nano(path, size: int = 64, names=("disc", "rectangle", "triangle")) -> None:
-    """A described 3-class nano whose scores vary from anchor to anchor as a trained one's
-    do: He-normal convolutions (the stem scaled for 0-255 input), spread head biases. (A
-    random init scores every anchor of a level alike: their order after NMS is arbitrary.)"""
-    import mindspore as ms
-
-    from msdet.models.description import DESCRIPTION_KEY, describe
-    from msdet.models.yolox import build_model, load_model_config
-
-    cfg = load_model_config("yolox_nano")
-    net = build_model(cfg, 3)
-    rng = np.random.default_rng(0)
-    for name, param in net.parameters_and_names():
-        value = None
-        if param.ndim == 4:
-            value = rng.normal(0, np.sqrt(2.0 / np.prod(param.shape[1:])), param.shape)
-            value /= 128 if name.startswith("backbone.backbone.stem") else 1
-        elif (".cls_preds." in name or ".obj_preds." in name) and name.endswith(".bias"):
-            value = rng.normal(-0.5, 1.0, param.shape)
-        if value is not None:
-            param.set_data(ms.Tensor(value.astype(np.float32)))
-    description = describe(cfg, 3, list(names), [1, 3, 7], [size, size], "train")
-    ms.save_checkpoint(net, str(path), append_dict={DESCRIPTION_KEY: description.to_json()})
 
 
 @pytest.fixture(scope="module")

@@ -15,51 +15,7 @@ from msdet.engine.inference.onnx_graph import (
     onnx_output_names,
     read_model_metadata,
 )
-
-MINDSPORE_NAMES = ["592", "595-Default/detector-YOLOX/backbone-YOLOPAFPN/Cast-op2"]
-
-
-def _varint(n: int) -> bytes:
-    out = b""
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out += bytes([byte | (0x80 if n else 0)])
-        if not n:
-            return out
-
-
-def _bytes(field: int, payload: bytes | str) -> bytes:
-    payload = payload.encode() if isinstance(payload, str) else payload
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _int(field: int, value: int) -> bytes:
-    return _varint(field << 3) + _varint(value)
-
-
-def _float_tensor(name: str, dims: list[int]) -> bytes:
-    """ValueInfoProto: name, TypeProto.tensor_type (elem_type FLOAT, shape)."""
-    shape = b"".join(_bytes(1, _int(1, d)) for d in dims)
-    return _bytes(1, name) + _bytes(2, _bytes(1, _int(1, 1) + _bytes(2, shape)))
-
-
-def write_model(path, metadata: dict[str, str] | None = None, dims=(1, 3)) -> None:
-    """images -> Relu -> "592" (an output, also read by the next node) -> Neg -> "595-...",
-    every tensor float32 of shape ``dims``."""
-    relu = _bytes(1, "images") + _bytes(2, MINDSPORE_NAMES[0]) + _bytes(4, "Relu")
-    neg = _bytes(1, MINDSPORE_NAMES[0]) + _bytes(2, MINDSPORE_NAMES[1]) + _bytes(4, "Neg")
-    graph = (
-        _bytes(1, relu)
-        + _bytes(1, neg)
-        + _bytes(2, "g")
-        + _bytes(11, _float_tensor("images", list(dims)))
-        + b"".join(_bytes(12, _float_tensor(n, list(dims))) for n in MINDSPORE_NAMES)
-    )
-    model = _int(1, 8) + _bytes(2, "MindSpore") + _bytes(7, graph)
-    model += _bytes(8, _bytes(1, "") + _int(2, 13))  # opset_import: default domain, 13
-    for key, value in (metadata or {}).items():
-        model += _bytes(14, _bytes(1, key) + _bytes(2, value))
-    path.write_bytes(model)
+from tests.support.inference import MINDSPORE_NAMES, write_model
 
 
 def test_outputs_renamed_and_metadata_stored_the_graph_unchanged(tmp_path):

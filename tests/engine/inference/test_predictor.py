@@ -1,4 +1,4 @@
-"""predict.py's outputs (engine.predictor.predict_source) with a stand-in for the network:
+"""predict.py's outputs (engine.inference.sources.predict_source) with a stand-in for the network:
 the run folder's layout, YOLO labels read back against the json, videos frame by frame."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from msdet.data.media import Media, VideoReader
 from msdet.engine.inference import sources as sources_module
 from msdet.engine.inference.predictor import Detections
 from msdet.engine.inference.sources import predict_source
-from tests.data.test_media import write_video
+from tests.support.media import write_video
 
 CLASS_NAMES, CATEGORY_IDS = ["disc", "rectangle", "triangle"], [1, 3, 7]
 

@@ -1,4 +1,4 @@
-"""Mixed precision as the trainer applies it (engine.amp.mixed_precision)."""
+"""Mixed precision as the trainer applies it (engine.runtime.amp.mixed_precision)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""engine.compiler: which configurations share compiled graphs, and where they are kept."""
+"""engine.runtime.compiler: which configurations share compiled graphs, and where they are kept."""
 
 from __future__ import annotations
 

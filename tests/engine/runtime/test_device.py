@@ -1,4 +1,4 @@
-"""engine.device: device detection, AMP/sink resolution, the CPU environment and kernels,
+"""engine.runtime.device: device detection, AMP/sink resolution, the CPU environment and kernels,
 Ascend precision and overflow detection, threads per rank."""
 
 from __future__ import annotations

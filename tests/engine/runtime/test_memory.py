@@ -1,4 +1,4 @@
-"""engine.memory: the C heap handed back to the operating system."""
+"""engine.runtime.memory: the C heap handed back to the operating system."""
 
 from __future__ import annotations
 

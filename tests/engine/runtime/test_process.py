@@ -1,4 +1,5 @@
-"""engine.runtime.setup_runtime in fresh processes: modes, launchers, the compile cache switch."""
+"""engine.runtime.process.setup_runtime in fresh processes: modes, launchers, the compile
+cache switch."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``MSDET_TEST_POISON="<parameter name>@<global step>"`` (a switch that exists only here)
 sets the first element of that parameter to NaN just before that training step. Everything
-else is train.py's Hydra main unchanged; production runs never see this.
+else is train.py's command unchanged; production runs never see this.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_fp32_nonfinite_loss_in_one_micro_batch_skips_the_step():
 def test_float_status_flag_of_any_micro_batch_skips_the_step():
     """The Ascend float-status register path: the register is read after every micro-batch
     (and cleared), and a flag in any of them skips the window."""
-    from tests.engine.training.test_step import FloatStatusRegister, flag_inf_input
+    from tests.support.training import FloatStatusRegister, flag_inf_input
 
     reg = FloatStatusRegister()
 
@@ -331,7 +331,7 @@ def test_one_read_per_sink_reports_optimizer_steps(monkeypatch, caplog):
     from msdet.engine.training.callbacks.base import TrainState
     from msdet.engine.training.callbacks.console import EpochSummary
     from msdet.engine.training.callbacks.monitoring import StepStats
-    from tests.engine.training.test_callbacks import RunContext
+    from tests.support.training import RunContext
 
     x, y, m = data(24)
     x = overflowing(x, [9])  # window 2

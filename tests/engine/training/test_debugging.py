@@ -22,7 +22,7 @@ from msdet.engine.runtime.compiler import collect_compile_failure
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.monitoring import StepStats
 from msdet.engine.training.step_stats import StepStatistics
-from tests.e2e.tiny_run import run_entry
+from tests.support.tiny_run import run_entry
 
 POISONED = "head.obj_preds.0.bias"
 DEBUG_RUN = [

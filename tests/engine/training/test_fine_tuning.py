@@ -20,7 +20,7 @@ from msdet.engine.training.optim import build_optimizer
 from msdet.engine.training.step import TrainStep
 from msdet.models.loss import DetectorWithLoss, YOLOXLoss
 from msdet.models.yolox import build_model, load_model_config
-from tests.modes import execution_mode
+from tests.support.modes import execution_mode
 
 SGD = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.05})
 

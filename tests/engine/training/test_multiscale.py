@@ -18,8 +18,8 @@ from msdet.engine.training.multiscale import (
     sink_steps,
     size_range,
 )
-from tests.engine.training.multiscale_probe import train_probe
 from tests.support import run_python
+from tests.support.multiscale import train_probe
 
 
 def test_sizes_are_the_originals_range():
@@ -105,7 +105,7 @@ def test_resize_at_base_size_is_identity_and_targets_scale():
 def test_resize_matches_the_originals_preprocess(size):
     """Same batch through YOLOX's Exp.preprocess (F.interpolate bilinear,
     align_corners=False) and through msdet's in-graph resize."""
-    from tests.torch_reference import require_yolox
+    from tests.support.torch_reference import require_yolox
 
     require_yolox()
     import torch
@@ -131,7 +131,7 @@ def test_resize_matches_the_originals_preprocess(size):
 
 @pytest.mark.torch
 def test_size_set_and_aspect_match_the_originals_random_resize():
-    from tests.torch_reference import require_yolox
+    from tests.support.torch_reference import require_yolox
 
     require_yolox()
     import random
@@ -204,7 +204,7 @@ def test_with_target_buckets_each_size_has_a_graph_per_bucket(monkeypatch):
     """Sizes x buckets graphs: compiled first in (size, bucket) order when asked (the
     compile cache's order), each once, and a step finds its own compiled."""
     from msdet.engine.training.multiscale import MultiScaleSchedule
-    from tests.engine.training.test_callbacks import RecordingNetwork, RunContext, training_batch
+    from tests.support.training import RecordingNetwork, RunContext, training_batch
 
     monkeypatch.setattr(graphs, "release_free_heap", lambda: None)
 

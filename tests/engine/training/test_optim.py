@@ -14,7 +14,7 @@ from msdet.engine.training.optim import (
     yolox_lr_schedule,
 )
 from msdet.models.yolox import build_model, load_model_config
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 
 def test_schedule_shape_warmup_cosine_and_flat_tail():

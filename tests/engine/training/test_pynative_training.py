@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.tiny_run import NO_AUG, read_results, run_entry
+from tests.support.tiny_run import NO_AUG, read_results, run_entry
 
 pytestmark = pytest.mark.slow  # two whole training runs: full suite only
 

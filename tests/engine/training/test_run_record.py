@@ -1,4 +1,4 @@
-"""engine.run_record: results.csv written and read in one place, old runs included."""
+"""engine.training.run_record: results.csv written and read in one place, old runs included."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from msdet.data.pipeline import first_no_aug_epoch
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.evaluation import EvalCallback
-from tests.torch_reference import require_yolox
+from tests.support.torch_reference import require_yolox
 
 
 def yolox_schedule(epochs: int, no_aug_epochs: int, eval_interval: int, monkeypatch):

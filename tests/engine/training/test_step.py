@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from msdet.engine.training.ema import ModelEMA
 from msdet.engine.training.optim import build_optimizer
 from msdet.engine.training.step import TrainStep
+from tests.support.training import FloatStatusRegister, flag_inf_input
 
 SGD_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.0})
 
@@ -213,7 +214,7 @@ def test_one_callback_call_per_sink_gives_the_per_step_means(monkeypatch):
     from msdet.engine.training.callbacks.console import EpochSummary
     from msdet.engine.training.callbacks.monitoring import StepStats
     from msdet.engine.training.step_stats import read_and_reset
-    from tests.engine.training.test_callbacks import RunContext
+    from tests.support.training import RunContext
 
     net = Terms()
     step = TrainStep(
@@ -296,34 +297,6 @@ def test_uint8_hwc_batches_train_exactly_as_float_chw():
         results.append((loss, net.w.asnumpy().copy()))
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
-
-
-class FloatStatusRegister:
-    """A CPU stand-in for Ascend's float-status register and its clear/get primitives:
-    the forward pass sets it when it meets inf (as the device's overflow flag would)."""
-
-    def __init__(self):
-        self.value = Parameter(ms.Tensor(np.zeros(8, np.int32)), name="register")
-        register = self.value
-
-        class Clear(nn.Cell):
-            def construct(self, status):
-                return ops.assign(register, ops.zeros_like(register))
-
-        class Get(nn.Cell):
-            def construct(self, status):
-                return register * 1
-
-        self.ops = (Clear(), Get())
-
-
-def flag_inf_input(register, x):
-    """Inside a network: set the ``FloatStatusRegister`` when ``x`` holds inf, as the device
-    flags an overflow anywhere in the step, and return ``x`` with its infs zeroed (so the
-    gradients stay finite and only the register tells)."""
-    flag = ops.isinf(x).any().astype(ms.int32) * ops.ones((8,), ms.int32)
-    x = ops.depend(x, ops.assign(register, ops.maximum(register, flag)))
-    return ops.select(ops.isinf(x), ops.zeros_like(x), x)
 
 
 @pytest.mark.slow

@@ -27,8 +27,8 @@ from msdet.models.convert_pytorch import convert_state_dict, mindspore_name
 from msdet.models.loss import DetectorWithLoss, YOLOXLoss
 from msdet.models.yolox import build_model, load_model_config
 from msdet.porting.reference import build_torch_yolox, yolox_optimizer
-from tests.loss_cases import random_targets
-from tests.torch_reference import require_yolox
+from tests.support.loss_cases import random_targets
+from tests.support.torch_reference import require_yolox
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # a compiled training step: full suite
 

@@ -1,4 +1,4 @@
-"""engine.trainer: how a run's steps are grouped into sinks and epochs."""
+"""engine.training.trainer: how a run's steps are grouped into sinks and epochs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A user's own Cell through ``check_cell``, its findings printed as JSON.
 
-Run in a process of its own (``python -m tests.tools.cell_probe``): the IR dump it
+Run in a process of its own (``python -m tests.tools.chip_check.cell_probe``): the IR dump it
 turns on cannot be turned off again in that process (MindSpore 2.10)."""
 
 from __future__ import annotations

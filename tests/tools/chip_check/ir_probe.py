@@ -1,6 +1,6 @@
 """A small network's primitives as the chip check's IR listing reads them, printed as JSON.
 
-Run in a process of its own (``python -m tests.tools.ir_probe``): once a process has
+Run in a process of its own (``python -m tests.tools.chip_check.ir_probe``): once a process has
 turned MindSpore's IR dump on it cannot be turned off (MindSpore 2.10), so a test that
 listed primitives in-process would leave every later compile of its worker dumping."""
 

@@ -1,4 +1,4 @@
-"""Run the entry points as a user would, on a tiny shapes set (shared by e2e tests)."""
+"""Run the entry points as a user would, on a tiny shapes set, and read what the runs leave."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tests.support import ROOT
 
@@ -25,6 +27,9 @@ TINY = [
     "train.log_interval=2",
 ]
 
+
+# What every rank of tests/e2e/dp_entry.py's train.py writes when training ends.
+WEIGHTS_FILE = "final_weights_rank{rank}.npz"
 
 # Every augmentation off: the same images each epoch (runs that must fit a fixed batch).
 NO_AUG = [
@@ -87,7 +92,22 @@ def run_entry(
 
 
 def read_results(run_dir) -> list[dict[str, float]]:
-    """results.csv as the run record's rows (``engine.run_record``)."""
+    """results.csv as the run record's rows (``engine.training.run_record``)."""
     from msdet.engine.training.run_record import read_results as read
 
     return read(str(run_dir))
+
+
+def final_weights(run_dir) -> dict[str, np.ndarray]:
+    """The network's weights in a run's last checkpoint (its description left out)."""
+    import mindspore as ms
+
+    params = ms.load_checkpoint(os.path.join(run_dir, "checkpoints", "last.ckpt"))
+    return {k: v.asnumpy() for k, v in params.items() if not k.startswith("msdet_")}
+
+
+def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    """The two runs' weights are equal bit for bit."""
+    assert set(a) == set(b)
+    worst = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
+    assert worst == 0.0, f"resumed run differs from the straight run by {worst}"
