@@ -62,7 +62,8 @@ def export_network(
     fmt: str = "MINDIR",
     info: ExportInfo | None = None,
 ) -> str:
-    """Export ``net`` traced on ``example`` with ``mindspore.export``; returns the file path.
+    """Export ``net`` traced on ``example`` with ``mindspore.export`` (MINDIR) or
+    ``mindspore.onnx.export`` (ONNX); returns the file path.
 
     ``info``: the description stored in the file (MINDIR ``user_info``, ONNX
     ``metadata_props``, key ``METADATA_KEY``); an ONNX file's outputs are renamed to its
@@ -79,7 +80,10 @@ def export_network(
 
         extra["custom_func"] = describe
     try:
-        ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt, **extra)
+        if fmt == "ONNX":
+            ms.onnx.export(net, ms.Tensor(example), file_name=path)
+        else:
+            ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt, **extra)
     except Exception as err:  # MindSpore raises RuntimeError/TypeError/ValueError here
         raise ExportError(f"{fmt} export failed: {first_line(err)}") from err
     if not os.path.isfile(path):
