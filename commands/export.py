@@ -13,7 +13,8 @@ outputs and the network's on sample images, and the val split's mAP of the file 
 checkpoint's (``export.val``; the data config's split, so name the model's dataset with
 ``data=...``). A file that scores differently from its checkpoint is an error. The file
 carries its own description: eval.py and predict.py take it as ``ckpt=``. The run folder
-(``runs/export/exp*``) holds the log and both evaluations. ``--help`` lists every setting.
+(``runs/export/exp*``) holds the log and both evaluations. ``--help`` lists the main
+settings, ``--help all`` every one.
 """
 
 from __future__ import annotations
