@@ -95,7 +95,7 @@ def evaluate_on_dataset(
     )
     first = True
     while True:
-        with speed.measure("preprocess"):
+        with speed.measure("data_wait"):  # pre-processing itself runs in the pipeline
             batch = next(iterator, None)
         if batch is None:
             break

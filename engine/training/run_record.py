@@ -75,7 +75,32 @@ def write_results(rows: Sequence[dict[str, Any]], run_dir: str) -> None:
 
 
 def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
-    """Loss terms, mAP and the learning rate per epoch, one panel each."""
+    """:func:`results_figure` of ``rows`` saved as ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = results_figure(rows)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# The shading of the epochs without mosaic/mixup, where YOLOX adds the L1 term.
+NO_AUG_LABEL = "mosaic/mixup off, L1 term on"
+
+
+def no_aug_start(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The first epoch of ``rows`` trained with the L1 term (YOLOX adds it, with mosaic
+    and mixup off, in its last ``train.no_aug_epochs`` + 1 epochs); None before that."""
+    for row in rows:
+        if row.get("loss_l1", 0.0) > 0.0:
+            return int(row["epoch"])
+    return None
+
+
+def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
+    """Loss terms (of the training batches), val mAP and the learning rate per epoch, one
+    panel each. The epochs trained with the L1 term are shaded in the loss panels and the
+    legend says so: the total loss jumps by that term there (while the other terms usually
+    drop on the unaugmented images)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,15 +108,27 @@ def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
 
     epochs = [r["epoch"] for r in rows]
     panels = [f"loss_{k}" for k in LOSS_TERMS] + ["mAP", "mAP50", "lr"]
+    titles = {
+        "loss_total": "loss_total (training batches)",
+        "loss_l1": "loss_l1 (YOLOX: no-aug epochs only)",
+        "mAP": "val mAP",
+        "mAP50": "val mAP50",
+    }
+    start = no_aug_start(rows)
     fig, axes = plt.subplots(2, 4, figsize=(14, 6))
     for ax, key in zip(axes.flat, panels):
         values = [r.get(key, math.nan) for r in rows]
         pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
         if pts:
-            ax.plot(*zip(*pts), marker="o", markersize=3)
-        ax.set_title(key)
+            ax.plot(*zip(*pts), marker="o", markersize=3, label="per epoch")
+        if start is not None and key.startswith("loss_"):
+            ax.axvspan(
+                start - 0.5, max(epochs) + 0.5, color="tab:orange", alpha=0.15, label=NO_AUG_LABEL
+            )
+        ax.set_title(titles.get(key, key))
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
+    if start is not None:
+        axes.flat[0].legend(loc="best", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return fig
