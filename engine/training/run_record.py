@@ -1,7 +1,9 @@
 """The run record: what a training run writes about each epoch, and how it is read back.
 
 ``results.csv`` holds one row per completed epoch (:data:`COLUMNS` first, in that order;
-then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it. The
+then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it.
+The ``val_loss_*`` columns hold the loss on the val split where an epoch was evaluated by
+one process (NaN elsewhere). The
 trainer writes both after every epoch on rank 0; resuming reads the rows back; the
 benchmarks and tests read them with :func:`read_results` instead of parsing the file
 themselves. A row is a plain dict of numbers (``epoch`` an int, the rest floats; NaN where
@@ -20,6 +22,8 @@ from typing import Any
 # sums them in this order). Defined here, in a module without MindSpore: train.py reads the
 # run record before the process environment is set, and MindSpore must load after it.
 LOSS_TERMS = ("total", "iou", "obj", "cls", "l1")
+# The loss on the val split (engine.evaluation.val_loss): without the L1 term.
+VAL_LOSS_TERMS = ("total", "iou", "obj", "cls")
 RESULTS_CSV = "results.csv"
 RESULTS_PNG = "results.png"
 COLUMNS = (
@@ -31,6 +35,7 @@ COLUMNS = (
     "epoch_s",
     "mAP",
     "mAP50",
+    *(f"val_loss_{k}" for k in VAL_LOSS_TERMS),
 )
 
 
@@ -85,6 +90,7 @@ def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
 
 # The shading of the epochs without mosaic/mixup, where YOLOX adds the L1 term.
 NO_AUG_LABEL = "mosaic/mixup off, L1 term on"
+VAL_LABEL = "val split (no L1 term)"
 
 
 def no_aug_start(rows: Sequence[dict[str, Any]]) -> int | None:
@@ -97,10 +103,11 @@ def no_aug_start(rows: Sequence[dict[str, Any]]) -> int | None:
 
 
 def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
-    """Loss terms (of the training batches), val mAP and the learning rate per epoch, one
-    panel each. The epochs trained with the L1 term are shaded in the loss panels and the
-    legend says so: the total loss jumps by that term there (while the other terms usually
-    drop on the unaugmented images)."""
+    """Loss terms (of the training batches and, where evaluated, of the val split), val mAP
+    and the learning rate per epoch, one panel each. The epochs trained with the L1 term are
+    shaded in the loss panels and the legend says so: the training loss jumps by that term
+    there (while the other terms usually drop on the unaugmented images); the val loss
+    leaves it out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +116,7 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
     epochs = [r["epoch"] for r in rows]
     panels = [f"loss_{k}" for k in LOSS_TERMS] + ["mAP", "mAP50", "lr"]
     titles = {
-        "loss_total": "loss_total (training batches)",
+        "loss_total": "loss_total",
         "loss_l1": "loss_l1 (YOLOX: no-aug epochs only)",
         "mAP": "val mAP",
         "mAP50": "val mAP50",
@@ -120,7 +127,11 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
         values = [r.get(key, math.nan) for r in rows]
         pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
         if pts:
-            ax.plot(*zip(*pts), marker="o", markersize=3, label="per epoch")
+            ax.plot(*zip(*pts), marker="o", markersize=3, label="training batches")
+        val_key = "val_" + key
+        val = [(r["epoch"], r[val_key]) for r in rows if not math.isnan(r.get(val_key, math.nan))]
+        if val:
+            ax.plot(*zip(*val), marker="s", markersize=3, label=VAL_LABEL)
         if start is not None and key.startswith("loss_"):
             ax.axvspan(
                 start - 0.5, max(epochs) + 0.5, color="tab:orange", alpha=0.15, label=NO_AUG_LABEL
@@ -128,7 +139,8 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
         ax.set_title(titles.get(key, key))
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
-    if start is not None:
+    labels = axes.flat[0].get_legend_handles_labels()[1]
+    if len(labels) > 1:  # the val split's line or the shading beside the training batches
         axes.flat[0].legend(loc="best", fontsize=8)
     fig.tight_layout()
     return fig

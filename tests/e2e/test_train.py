@@ -75,6 +75,10 @@ def test_logs_tell_the_truth(trained):
         parts = row["loss_iou"] + row["loss_obj"] + row["loss_cls"] + row["loss_l1"]
         assert row["loss_total"] == pytest.approx(parts, rel=1e-4)  # the terms add up (3e-8)
     assert rows[0]["loss_l1"] == 0 and rows[-1]["loss_l1"] > 0  # L1 on in the no-aug epoch
+    # Every epoch is evaluated (eval_interval 1): the val split's loss, without the L1 term.
+    for row in rows:
+        terms = row["val_loss_iou"] + row["val_loss_obj"] + row["val_loss_cls"]
+        assert row["val_loss_total"] == pytest.approx(terms, rel=1e-4) and terms > 0
     log = Path(os.path.join(run_dir, "train.log")).read_text()
     assert "amp O2" in log and "cannot sink data on CPU" in log
     # LossMonitor counts real steps (6 per epoch) and TimeMonitor divides by them; both

@@ -14,14 +14,15 @@ from msdet.engine.training.callbacks.base import (
     EpochCallback,
     TrainState,
 )
+from msdet.engine.training.run_record import VAL_LOSS_TERMS
 from msdet.engine.training.step_stats import LOSS_TERMS
 
 log = logging.getLogger("train")
 
 
 class EpochSummary(EpochCallback):
-    """The epoch's row of figures: losses, lr, images/s, time, latest mAP. Reads the sums
-    and what :class:`EvalCallback` wrote; appends the row to ``history`` (results.csv and
+    """The epoch's row of figures: losses, lr, images/s, time, latest mAP and val loss. Reads
+    the sums and what :class:`EvalCallback` wrote; appends the row to ``history`` (results.csv and
     TensorBoard record it, :class:`EpochLine` prints it)."""
 
     phase = SUMMARISE
@@ -41,6 +42,9 @@ class EpochSummary(EpochCallback):
             "mAP": st.metrics["mAP"] if st.evaluated else float("nan"),
             "mAP50": st.metrics["mAP50"] if st.evaluated else float("nan"),
         }
+        val_loss = (st.metrics or {}).get("val_loss") if st.evaluated else None
+        for k in VAL_LOSS_TERMS:
+            row[f"val_loss_{k}"] = val_loss[k] if val_loss else float("nan")
         if st.amp:  # where fp16 overflows are skipped: how many, and the scale reached
             row["loss_scale"] = st.loss_scale
             row["skipped_steps"] = float(st.overflow_steps)
