@@ -7,7 +7,7 @@ weights when present, letterboxed val images of the data config at ``eval.img_si
 writes detections.json, metrics.json and the evaluation plots into its run folder
 (``runs/eval/exp*``). ``ckpt=`` also takes a file export.py wrote (``.mindir``, ``.onnx``):
 it runs as exported, at its own input size and batch (and with its NMS when inside).
-``--help`` lists every setting.
+``--help`` lists the main settings, ``--help all`` every one.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ paths, ``predictions.json`` (per image: ``bbox`` [x, y, w, h] in original pixels
 per frame) and, with ``predict.save_txt=true``, YOLO labels in ``labels/``. Boxes scoring
 under ``predict.conf`` (0.25) are dropped. The network and its class names come from the
 checkpoint, or from a file export.py wrote (``ckpt=model.mindir``, ``ckpt=model.onnx``: the
-same detections). ``--help`` lists every setting.
+same detections). ``--help`` lists the main settings, ``--help all`` every one.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 (``python train.py ...`` from a clone).
 
 With no arguments: YOLOX-nano on the built-in synthetic ``shapes`` dataset, on Ascend when
-present, else on CPU, into the next free ``runs/train/exp*`` folder. ``--help`` lists every
-setting.
+present, else on CPU, into the next free ``runs/train/exp*`` folder. ``--help`` lists the main
+settings, ``--help all`` every one.
 """
 
 from __future__ import annotations

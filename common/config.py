@@ -56,6 +56,9 @@ class Command:
     sections: tuple[str, ...]
     summary: str = ""
     examples: tuple[str, ...] = field(default_factory=tuple)
+    # What --help lists (every setting: --help all); none: --help lists them all.
+    settings: tuple[str, ...] = field(default_factory=tuple)
+    guide: str = ""  # the page of the repository's docs/ about the command
 
 
 COMMANDS: dict[str, Command] = {
@@ -69,6 +72,24 @@ COMMANDS: dict[str, Command] = {
             "python train.py data=path/to/dataset model=yolox_tiny",
             "python train.py run.name=nano train.resume=auto",
         ),
+        (
+            "data.root",
+            "data.img_size",
+            "train.epochs",
+            "train.batch_size",
+            "train.pretrained",
+            "train.freeze",
+            "train.resume",
+            "train.overwrite",
+            "train.eval_interval",
+            "train.patience",
+            "eval.img_size",
+            "runtime.device",
+            "runtime.amp",
+            "run.name",
+            "run.dir",
+        ),
+        "docs/training.md",
     ),
     "eval": Command(
         "eval.py",
@@ -78,6 +99,18 @@ COMMANDS: dict[str, Command] = {
             "python eval.py ckpt=runs/train/exp/checkpoints/best.ckpt",
             "python eval.py ckpt=best.ckpt data=path/to/dataset eval.img_size=416",
         ),
+        (
+            "ckpt",
+            "data.root",
+            "eval.img_size",
+            "eval.batch_size",
+            "eval.conf_thresh",
+            "eval.class_map",
+            "runtime.device",
+            "run.name",
+            "run.dir",
+        ),
+        "docs/inference.md",
     ),
     "predict": Command(
         "predict.py",
@@ -88,6 +121,20 @@ COMMANDS: dict[str, Command] = {
             "python predict.py ckpt=best.ckpt source=photos/ predict.conf=0.4",
             "python predict.py ckpt=model.mindir source=photos/**/*.jpg predict.save_txt=true",
         ),
+        (
+            "source",
+            "ckpt",
+            "predict.conf",
+            "predict.save_txt",
+            "predict.save_conf",
+            "predict.max_frames",
+            "eval.img_size",
+            "eval.nms_iou",
+            "runtime.device",
+            "run.name",
+            "run.dir",
+        ),
+        "docs/inference.md",
     ),
     "export": Command(
         "export.py",
@@ -97,6 +144,19 @@ COMMANDS: dict[str, Command] = {
             "python export.py ckpt=best.ckpt",
             "python export.py ckpt=best.ckpt export.format=ONNX eval.img_size=416",
         ),
+        (
+            "ckpt",
+            "export.format",
+            "export.with_nms",
+            "export.batch_size",
+            "export.out",
+            "export.val",
+            "eval.img_size",
+            "data.root",
+            "runtime.device",
+            "run.name",
+        ),
+        "docs/inference.md",
     ),
     # Tools: each takes what it reads.
     "data.check": Command("python -m msdet.data.check", ("data",)),

@@ -2,20 +2,25 @@
 
 The console shows msdet's messages (loggers ``msdet.*`` and the commands' ``train``,
 ``eval``, ``predict``, ``export``, ``selftest``) as they are, warnings and errors with a
-prefix; other libraries' records (matplotlib's font cache, pycocotools, MindSpore's Python
-warnings) reach the console only as errors. The run folder's log file gets every record
-with its time, level and logger.
+prefix, lines over :data:`CONSOLE_WIDTH` characters wrapped at a space (an ``error:`` stays
+one line, whole); other libraries' records (matplotlib's font cache, pycocotools, MindSpore's
+Python warnings and its logger's ``[WARNING]`` lines, :func:`speak_through_msdet`) reach
+the console only as errors. The run folder's log file gets every record with its time,
+level and logger.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import textwrap
 import warnings
 
 MSDET_LOGGERS = ("msdet", "train", "eval", "predict", "export", "selftest", "chip_check")
 CONSOLE_FORMAT = "%(message)s"
 FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The longest console line: wider ones wrap (a terminal of 160 columns shows them whole).
+CONSOLE_WIDTH = 160
 # Libraries whose INFO lines are noise in a user's console (matplotlib logs its font cache
 # rebuild at INFO/WARNING; PIL its plugins at DEBUG).
 QUIET = ("matplotlib", "PIL", "h5py", "numexpr")
@@ -27,15 +32,33 @@ def is_msdet(name: str) -> bool:
 
 
 class ConsoleFormatter(logging.Formatter):
-    """msdet's lines as they are; ``warning:`` / ``error:`` before the others."""
+    """msdet's lines as they are; ``warning:`` / ``error:`` before the others; lines longer
+    than :data:`CONSOLE_WIDTH` wrapped at spaces, the rest indented (errors excepted: one
+    line a script can grep; a word longer than the width, a path, is never cut)."""
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         if record.levelno >= logging.ERROR:
             return text if text.startswith("error:") else f"error: {text}"
         if record.levelno >= logging.WARNING:
-            return text if text.startswith("warning:") else f"warning: {text}"
-        return text
+            text = text if text.startswith("warning:") else f"warning: {text}"
+        return "\n".join(wrapped(line) for line in text.split("\n"))
+
+
+def wrapped(line: str, width: int = CONSOLE_WIDTH) -> str:
+    """``line`` broken at spaces into lines of at most ``width`` characters (those after
+    the first indented by two spaces), unless a single word is longer."""
+    if len(line) <= width:
+        return line
+    return "\n".join(
+        textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 class ConsoleFilter(logging.Filter):
@@ -70,6 +93,16 @@ def setup_logging(log_file: str | None = None, stream=None) -> None:
     # Python warnings (deprecations of libraries) become log records: file, not console.
     logging.captureWarnings(True)
     warnings.simplefilter("default")
+
+
+def speak_through_msdet(logger: logging.Logger) -> None:
+    """A library logger that prints for itself (MindSpore's: its own stderr handler, not
+    propagating) hands its records to msdet's handlers instead: the log file takes them
+    all, the console its errors (:class:`ConsoleFilter`). Its file handlers stay."""
+    for handler in list(logger.handlers):
+        if type(handler) is logging.StreamHandler:
+            logger.removeHandler(handler)
+    logger.propagate = True
 
 
 def add_log_file(path: str) -> logging.Handler:

@@ -84,6 +84,7 @@ class Progress:
         self.mode = progress_mode(mode, file)
         self.log = logger or default_log
         self.n = 0
+        self.postfix = ""
         self.lines: list[str] = []  # what was logged, in order
         self._start = self._last_line = time.monotonic()
         self._next_percent = self.every
@@ -118,6 +119,13 @@ class Progress:
         elif self.mode == "lines" and step:
             self._maybe_line()
 
+    def set_postfix(self, text: str) -> None:
+        """A short text after the progress (``loss 12.345``): at the bar's end, and at the
+        end of each line logged from now on."""
+        self.postfix = str(text)
+        if self._bar is not None:
+            self._bar.set_postfix_str(self.postfix)
+
     def close(self) -> None:
         """Clear the bar and log the final line (once; nothing in mode ``off``, nor for
         no work at all: a total of 0, or none counted of an unknown total)."""
@@ -131,7 +139,8 @@ class Progress:
             self._line()
 
     def line(self) -> str:
-        """The progress as one line: ``desc: 40% 12/30 [00:12<00:18, 1.00step/s]``."""
+        """The progress as one line: ``desc: 40% 12/30 [00:12<00:18, 1.00step/s]``, then the
+        postfix (:meth:`set_postfix`)."""
         fmt = _BAR_FORMAT if self.total is not None else _COUNT_FORMAT
         text = tqdm.format_meter(
             self.n,
@@ -141,7 +150,7 @@ class Progress:
             unit=self.unit,
             bar_format=fmt,
         )
-        return " ".join(text.split())
+        return " ".join((text + " " + self.postfix).split())
 
     def _maybe_line(self) -> None:
         waited = time.monotonic() - self._last_line

@@ -258,27 +258,16 @@ class TrainSamples:
         return img, kept.astype(np.float32), kept_labels.astype(np.int64)
 
     def pad_targets(self, boxes: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """YOLOX targets [max_objects, 5] = (class, cx, cy, w, h), zero-padded, and the mask
-        [max_objects] of real rows. Beyond ``max_objects`` the largest boxes are kept."""
-        if len(boxes) > self.max_objects:
-            if not self._overflow_warned:
-                self._overflow_warned = True
-                log.warning(
-                    "a training sample has %d boxes, more than data.max_objects=%d; keeping "
-                    "the largest (warned once)",
-                    len(boxes),
-                    self.max_objects,
-                )
-            areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-            keep = np.sort(np.argsort(-areas, kind="stable")[: self.max_objects])
-            boxes, labels = boxes[keep], labels[keep]
-        targets = np.zeros((self.max_objects, 5), dtype=np.float32)
-        mask = np.zeros((self.max_objects,), dtype=np.float32)
-        count = len(boxes)
-        targets[:count, 0] = labels
-        targets[:count, 1:] = xyxy_to_cxcywh(boxes)
-        mask[:count] = 1.0
-        return targets, mask
+        """:func:`pad_targets` to ``data.max_objects``, warning once when boxes are left out."""
+        if len(boxes) > self.max_objects and not self._overflow_warned:
+            self._overflow_warned = True
+            log.warning(
+                "a training sample has %d boxes, more than data.max_objects=%d; keeping "
+                "the largest (warned once)",
+                len(boxes),
+                self.max_objects,
+            )
+        return pad_targets(boxes, labels, self.max_objects)
 
     def _load(
         self, epoch: int, i: int, own: bool = False, need_objects: bool = False
@@ -305,6 +294,25 @@ class TrainSamples:
             f"{min(n, MAX_REPLACEMENTS)} consecutive images from {self.source.img_dir} "
             "could not be read; is the image folder right?"
         )
+
+
+def pad_targets(
+    boxes: np.ndarray, labels: np.ndarray, max_objects: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """YOLOX targets [max_objects, 5] = (class, cx, cy, w, h) of xyxy ``boxes``, zero-padded,
+    and the mask [max_objects] of real rows. Beyond ``max_objects`` the largest boxes are
+    kept."""
+    if len(boxes) > max_objects:
+        areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        keep = np.sort(np.argsort(-areas, kind="stable")[:max_objects])
+        boxes, labels = boxes[keep], labels[keep]
+    targets = np.zeros((max_objects, 5), dtype=np.float32)
+    mask = np.zeros((max_objects,), dtype=np.float32)
+    count = len(boxes)
+    targets[:count, 0] = labels
+    targets[:count, 1:] = xyxy_to_cxcywh(boxes)
+    mask[:count] = 1.0
+    return targets, mask
 
 
 class EvalSamples:

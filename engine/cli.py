@@ -102,8 +102,9 @@ def run_command(
     command line, 1 on a user's error, with one ``error:`` line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     logs.setup_logging()
-    if any(a in ("-h", "--help") for a in argv):
-        print(help_text(command))
+    wanted = help_wanted(argv)
+    if wanted:
+        _print_help(help_text(command, full=wanted == "all"))
         sys.exit(0)
     options = [a for a in argv if a.startswith("-")]
     if options:
@@ -179,12 +180,26 @@ def user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
         raise
 
 
-def help_text(command: str) -> str:
-    """``--help``: what the command does, its examples, and every setting it takes with its
-    default and the YAML's comment on it."""
+def help_wanted(argv: Sequence[str]) -> str | None:
+    """``"all"`` for ``--help all`` or ``--help-all``, ``"short"`` for ``-h`` / ``--help``,
+    None when the command line asks for no help."""
+    args = list(argv)
+    if "--help-all" in args:
+        return "all"
+    for i, arg in enumerate(args):
+        if arg in ("-h", "--help"):
+            return "all" if args[i + 1 : i + 2] == ["all"] else "short"
+    return None
+
+
+def help_text(command: str, full: bool = False) -> str:
+    """``--help``: what the command does, its examples, its config groups, and the settings
+    that matter most (the command's ``settings``) with their defaults and the YAML's comment
+    on them, then where the rest is. ``full`` (``--help all``): every setting it takes."""
     from omegaconf import OmegaConf
 
     spec = COMMANDS[command]
+    full = full or not spec.settings
     cfg = load_config(command, [])
     if command in ENTRY_POINTS:
         lines = [
@@ -200,22 +215,52 @@ def help_text(command: str) -> str:
         if group in spec.sections:
             default = _default_option(group)
             options = ", ".join(group_options(group))
+            if group == "data":  # data=path/to/dataset: a COCO or YOLO folder
+                options += "; or a dataset folder: data=path/to/dataset"
             lines.append(f"  {group}={default}   (options: {options})")
     comments = _yaml_comments()
-    lines += ["", "settings (key=value; the value shown is the default), the command's own first:"]
     values = flatten(OmegaConf.to_container(cfg, resolve=False))
-    for section in spec.sections:  # in the command's order: what it is about comes first
-        for key, value in values.items():
-            if key.split(".")[0] != section or key in DERIVED:
-                continue
-            comment = comments.get(key, "")
-            shown = "null" if value is None else value
-            lines.append(f"  {key}={shown}" + (f"   # {comment}" if comment else ""))
+    every = [
+        key
+        for section in spec.sections  # in the command's order: what it is about comes first
+        for key in values
+        if key.split(".")[0] == section and key not in DERIVED
+    ]
+    if full:
+        lines += [
+            "",
+            "settings (key=value; the value shown is the default), the command's own first:",
+        ]
+        shown = every
+    else:
+        lines += ["", "main settings (key=value; the value shown is the default):"]
+        shown = list(spec.settings)
+    for key in shown:
+        value = "null" if values[key] is None else values[key]
+        comment = comments.get(key, "")
+        lines.append(f"  {key}={value}" + (f"   # {comment}" if comment else ""))
     derived = [k for k in DERIVED if k.split(".")[0] in spec.sections]
     if derived:
         lines += ["", "derived from the settings (not typed):"]
         lines += [f"  {key}={values[key]}   # {DERIVED[key]}" for key in derived]
+    if not full:
+        call = f"msdet {command}" if command in ENTRY_POINTS else spec.name
+        lines += [
+            "",
+            f"All {len(every)} settings: {call} --help all"
+            + (f" (python {spec.name} --help all)" if command in ENTRY_POINTS else "")
+            + (f"; the guide: {spec.guide} in the msdet repository" if spec.guide else ""),
+        ]
     return "\n".join(lines)
+
+
+def _print_help(text: str) -> None:
+    """Print ``text``; a reader that stops early (``--help | head``) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would report the closed pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _default_option(group: str) -> str:

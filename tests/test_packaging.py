@@ -9,7 +9,9 @@ not in a user's ``pip install .``.
 
 from __future__ import annotations
 
+import ast
 import glob
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -18,6 +20,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support import ROOT as REPO_ROOT
 
@@ -31,6 +35,9 @@ DATA_FOLDERS = ("configs", "scripts")
 NOT_SHIPPED = ("bench/results",)
 # What the tree holds besides msdet: not searched for packages or data.
 NOT_MSDET = ("tests", "docs", "runs", "outputs", "multirun", "build")
+# msdet's folders that also import the PyTorch original (the parity tools and the benchmarks
+# against it), which README and requirements-dev.txt install beside msdet.
+NEEDS_THE_ORIGINAL = ("porting", "bench")
 
 
 def pyproject() -> dict:
@@ -162,3 +169,65 @@ def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(tmp_path):
     assert all(modes[n] & 0o111 for n in names if n.endswith(".sh"))  # the launchers run
     assert not [n for n in names if n.startswith(("tests/", "msdet/tests/", "msdet/docs/"))]
     assert "msdet = msdet.commands.main:main" in entry_points.decode()
+
+
+def third_party_imports(folders: list[Path]) -> dict[str, set[str]]:
+    """Top-level modules outside the standard library and msdet that the ``.py`` files of
+    ``folders`` import anywhere (lazy imports in functions included), each with its files."""
+    found: dict[str, set[str]] = {}
+    files = [f for folder in folders for f in folder.glob("*.py")]
+    files += [f for f in ROOT.glob("*.py")]  # the entry points
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "msdet":
+                    found.setdefault(top, set()).add(str(file.relative_to(ROOT)))
+    return found
+
+
+def installed_by(requirements_file: Path) -> set[str]:
+    """The distributions a ``pip install -r`` of ``requirements_file`` installs: its own
+    lines and, as far as this environment has them installed, their requirements in turn."""
+    wanted = []
+    for line in requirements_file.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            wanted.append(Requirement(line).name)
+    seen: set[str] = set()
+    while wanted:
+        name = canonicalize_name(wanted.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                wanted.append(req.name)
+    return seen
+
+
+def test_every_module_msdet_imports_is_installed_by_its_requirements():
+    # A module that only requirements-dev.txt installs works in the tests and fails after a
+    # user's pip install (ONNX export and onnxruntime).
+    folders = [f for f in msdet_folders() if f.relative_to(ROOT).parts[0] not in NEEDS_THE_ORIGINAL]
+    imports = third_party_imports(folders)
+    assert {"mindspore", "numpy", "cv2", "onnxruntime"} <= set(imports)
+    installed = installed_by(ROOT / "requirements.txt")
+    providers = importlib.metadata.packages_distributions()
+    missing = {
+        module: sorted(files)
+        for module, files in imports.items()
+        if not {canonicalize_name(d) for d in providers.get(module, [])} & installed
+    }
+    assert not missing, f"imported, not installed by requirements.txt: {missing}"

@@ -126,7 +126,8 @@ class CocoEvaluator:
         Returns the metrics: ``mAP`` (IoU 0.50:0.95), ``mAP50``, ``mAP75``, ``mAP_small``,
         ``mAP_medium``, ``mAP_large``, ``per_class`` ({name: AP}), ``per_class_AP50``
         ({name: AP at IoU 0.5}), ``images``,
-        ``detections`` (and ``speed_ms`` when given). APs are fractions in [0, 1]; -1 means
+        ``detections`` (and ``speed_ms`` when measured: ms per image waiting for data,
+        in inference and in NMS). APs are fractions in [0, 1]; -1 means
         the evaluated images hold no ground truth of that kind (COCO's convention).
         """
         if not self.image_ids:
@@ -153,7 +154,8 @@ class CocoEvaluator:
         table = ["Per-class AP (IoU 0.50:0.95) and AP50:", format_ap_table(per_class, per_class50)]
         if speed is not None:
             ms = speed.ms_per_image() if isinstance(speed, SpeedMeter) else dict(speed)
-            metrics["speed_ms"] = ms
+            if ms is not None:
+                metrics["speed_ms"] = ms
             table.append(format_speed(ms))
         if not self.results:
             table.insert(0, "No detections: AP is 0 wherever there is ground truth.")

@@ -61,6 +61,7 @@ def evaluate_on_dataset(
     verbose: bool = True,
     plots: bool = False,
     labels: Sequence[int] | None = None,
+    val_loss: Any = None,
 ) -> tuple[dict[str, Any] | None, list[tuple[int, np.ndarray, int, float]]]:
     """Run ``detector`` (decoded predictions; or an exported file's outputs,
     ``engine.inference.exported``) and ``nms`` over an eval dataset and score it.
@@ -74,7 +75,9 @@ def evaluate_on_dataset(
     (it is written to ``coco_summary.txt`` either way); ``plots``: the evaluation plots too
     (:meth:`CocoEvaluator.evaluate`). ``labels``: the dataset's class of each of the
     network's (:func:`~msdet.models.description.class_label_map`; -1: not scored); None:
-    the network's classes are the dataset's.
+    the network's classes are the dataset's. ``val_loss``: a
+    :class:`~msdet.engine.evaluation.val_loss.ValidationLoss` given each batch's predictions
+    (not on the speed line's clock); its means become ``metrics["val_loss"]``.
 
     Several ranks: each evaluates its shard of the val set (``build_eval_dataset(...,
     rank, world_size)``), ``gather`` brings every rank's detections together, and the rank
@@ -95,7 +98,7 @@ def evaluate_on_dataset(
     )
     first = True
     while True:
-        with speed.measure("preprocess"):
+        with speed.measure("data_wait"):  # pre-processing itself runs in the pipeline
             batch = next(iterator, None)
         if batch is None:
             break
@@ -103,6 +106,8 @@ def evaluate_on_dataset(
         with speed.measure("inference"):
             preds = detector(ms.Tensor(images))
             _wait_for(preds)
+        if val_loss is not None:
+            val_loss.add(preds, index, scale)
         with speed.measure("nms"):
             dets, counts = (to_host(t) for t in nms(preds))
         if labels is not None:
@@ -141,4 +146,8 @@ def evaluate_on_dataset(
         scale[order],
         np.array([[info["height"], info["width"]] for info in infos]).reshape(-1, 2),
     )
-    return evaluator.evaluate(speed, verbose, plots), kept
+    metrics = evaluator.evaluate(speed, verbose, plots)
+    losses = val_loss.means() if val_loss is not None else None
+    if losses is not None:
+        metrics["val_loss"] = losses
+    return metrics, kept

@@ -1,5 +1,10 @@
-"""How long evaluation spends per image in each stage (preprocess, inference, NMS), as
-YOLOX and Ultralytics report it."""
+"""How long evaluation spends per image in each stage, as YOLOX and Ultralytics report it:
+inference and NMS, and the time the loop waited for its next batch.
+
+Pre-processing (reading, letterboxing) runs in the data pipeline's workers while the network
+runs, so its own time is not on the evaluation's clock: what is measured is how long the
+loop waited for a batch, the part of it that inference did not hide.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ import contextlib
 import time
 from collections.abc import Iterator, Mapping
 
-SPEED_STAGES = ("preprocess", "inference", "nms")
+SPEED_STAGES = ("data_wait", "inference", "nms")
+# A wait for data below this (ms per image) is the pipeline keeping up: not shown.
+SHOWN_WAIT_MS = 0.05
 
 
 class SpeedMeter:
-    """Wall time per stage (pre-process, inference, NMS), reported in ms per image.
+    """Wall time per stage (waiting for data, inference, NMS), reported in ms per image.
 
     Stop a stage's clock only after its outputs are on the host (``.asnumpy()``): device
     execution is asynchronous. Call :meth:`reset` after a warm-up batch so that graph
@@ -41,14 +48,25 @@ class SpeedMeter:
         """Count ``n`` more images towards the per-image averages."""
         self.images += int(n)
 
-    def ms_per_image(self) -> dict[str, float]:
-        """Milliseconds per image for each stage (0 before any image was counted)."""
-        n = max(self.images, 1)
-        return {stage: 1000.0 * s / n for stage, s in self.seconds.items()}
+    def ms_per_image(self) -> dict[str, float] | None:
+        """Milliseconds per image for each stage; None when no image was timed (a val split
+        of one batch: that batch is the warm-up)."""
+        if self.images == 0:
+            return None
+        return {stage: 1000.0 * s / self.images for stage, s in self.seconds.items()}
 
 
-def format_speed(ms_per_image: Mapping[str, float]) -> str:
-    """One line: ``Speed: 1.2 ms pre-process, 20.5 ms inference, 3.1 ms NMS per image``."""
-    names = {"preprocess": "pre-process", "inference": "inference", "nms": "NMS"}
-    parts = [f"{ms_per_image[k]:.1f} ms {names[k]}" for k in SPEED_STAGES if k in ms_per_image]
-    return "Speed: " + ", ".join(parts) + " per image"
+def format_speed(ms_per_image: Mapping[str, float] | None) -> str:
+    """One line: ``Speed: 20.5 ms inference, 3.1 ms NMS per image``, with the wait for data
+    when there was one (``..., 1.2 ms waiting for data per image``)."""
+    if ms_per_image is None:
+        return "Speed: not measured (the val split is one batch, which warms the graphs up)"
+    names = {"inference": "inference", "nms": "NMS", "data_wait": "waiting for data"}
+    shown = [
+        k
+        for k in ("inference", "nms", "data_wait")
+        if k in ms_per_image and (k != "data_wait" or ms_per_image[k] >= SHOWN_WAIT_MS)
+    ]
+    return (
+        "Speed: " + ", ".join(f"{ms_per_image[k]:.1f} ms {names[k]}" for k in shown) + " per image"
+    )

@@ -24,7 +24,9 @@ from msdet.engine.inference.exported import (
     METADATA_KEY,
     OUTPUTS_WITH_NMS,
     OUTPUTS_WITHOUT_NMS,
+    ExportedModelError,
     ExportInfo,
+    import_onnxruntime,
     inference_size,
     weights_format,
 )
@@ -60,7 +62,8 @@ def export_network(
     fmt: str = "MINDIR",
     info: ExportInfo | None = None,
 ) -> str:
-    """Export ``net`` traced on ``example`` with ``mindspore.export``; returns the file path.
+    """Export ``net`` traced on ``example`` with ``mindspore.export`` (MINDIR) or
+    ``mindspore.onnx.export`` (ONNX); returns the file path.
 
     ``info``: the description stored in the file (MINDIR ``user_info``, ONNX
     ``metadata_props``, key ``METADATA_KEY``); an ONNX file's outputs are renamed to its
@@ -77,7 +80,10 @@ def export_network(
 
         extra["custom_func"] = describe
     try:
-        ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt, **extra)
+        if fmt == "ONNX":
+            ms.onnx.export(net, ms.Tensor(example), file_name=path)
+        else:
+            ms.export(net, ms.Tensor(example), file_name=path_stem, file_format=fmt, **extra)
     except Exception as err:  # MindSpore raises RuntimeError/TypeError/ValueError here
         raise ExportError(f"{fmt} export failed: {first_line(err)}") from err
     if not os.path.isfile(path):
@@ -160,16 +166,10 @@ def verify_mindir(net: nn.Cell, path: str, example: np.ndarray) -> float:
     return check_outputs(path, run_cell(net, example), run_cell(graph, example))
 
 
-def verify_onnx(net: nn.Cell, path: str, example: np.ndarray) -> float | None:
+def verify_onnx(net: nn.Cell, path: str, example: np.ndarray) -> float:
     """Run ``path`` with onnxruntime and ``net`` on ``example``; return the max absolute output
-    difference (:func:`check_outputs`), or None when onnxruntime is not installed (it is
-    not a msdet requirement).
-    """
-    try:
-        import onnxruntime
-    except ImportError:
-        log.warning("onnxruntime is not installed: %s was written but not verified", path)
-        return None
+    difference (:func:`check_outputs`)."""
+    onnxruntime = _onnxruntime_for_export()
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: example})
     return check_outputs(path, run_cell(net, example), [np.asarray(g) for g in got])
@@ -186,7 +186,7 @@ def export_and_verify(
 
     ``info``: the description stored in the file (see :func:`export_network`).
     The report holds ``file``, ``format``, ``input_shape``, ``output_shapes``,
-    ``max_abs_diff`` (None: an ONNX file that could not be checked without onnxruntime) and,
+    ``max_abs_diff`` and,
     for a network with NMS, ``example_detections``: how many detections the compared
     outputs held (0 would make the check say nothing about the boxes).
     """
@@ -206,6 +206,15 @@ def export_and_verify(
     if len(outputs) == 2:  # (dets, counts)
         report["example_detections"] = int(outputs[1].sum())
     return report
+
+
+def _onnxruntime_for_export() -> Any:
+    """onnxruntime, which checks every ONNX file written, or :class:`ExportError` naming
+    the package to install."""
+    try:
+        return import_onnxruntime("export.format=ONNX (the written file is checked by running it)")
+    except ExportedModelError as err:
+        raise ExportError(str(err)) from err
 
 
 def first_line(err: BaseException) -> str:
@@ -244,6 +253,8 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
     from msdet.models.weights import load_described_detector
 
     fmt = check_export_format(cfg.export.format)
+    if fmt == "ONNX":
+        _onnxruntime_for_export()  # before the export's minutes, not after them
     if weights_format(cfg.ckpt) != "checkpoint":
         raise ExportError(
             f"ckpt={cfg.ckpt} is an exported {weights_format(cfg.ckpt)} file already: "

@@ -108,6 +108,20 @@ def read_export_info(path: str) -> ExportInfo:
     return info
 
 
+def import_onnxruntime(purpose: str) -> Any:
+    """The ``onnxruntime`` module, or :class:`ExportedModelError` saying that ``purpose``
+    needs it and how to install it (a requirement of msdet that an environment installed
+    without its dependencies, or on a platform without a wheel, can lack)."""
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise ExportedModelError(
+            f"{purpose} needs onnxruntime, which is not installed here ({err}): "
+            "pip install onnxruntime (one of msdet's requirements: pip install -e . installs it)"
+        ) from err
+    return onnxruntime
+
+
 class ExportedModel:
     """An exported file ready to run: called with images ``[n, 3, H, W]`` (a Tensor or an
     array, ``n`` up to the file's batch size: smaller batches are padded) it returns what
@@ -122,12 +136,7 @@ class ExportedModel:
         self.path = path
         self.info = read_export_info(path)
         if self.info.format == "ONNX":
-            try:
-                import onnxruntime
-            except ImportError as err:
-                raise ExportedModelError(
-                    f"{path}: running an ONNX model needs onnxruntime (pip install onnxruntime)"
-                ) from err
+            onnxruntime = import_onnxruntime(f"{path}: running an ONNX model")
             self._session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
             self._input = self._session.get_inputs()[0].name
         else:

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from msdet.common import logs
 from msdet.engine.runtime import compiler
 from msdet.engine.runtime import device as dev
 from msdet.ops.cpu_kernels import NATIVE, CpuKernels
@@ -102,6 +103,12 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     jit_level, fusion_flags = compiler.configure_fusion(cfg.fusion, cfg.jit_level, device)
 
     import mindspore as ms  # after the environment is prepared
+    from mindspore import log as ms_log
+
+    # MindSpore's Python-side warnings (deprecations, export notes) go to the log file; its
+    # C++ side writes to the process's stderr itself (GLOG_v), out of logging's reach.
+    # (_get_logger is private: the pinned MindSpore 2.10 has it.)
+    logs.speak_through_msdet(ms_log._get_logger())
 
     card = dev.device_id(device)
     ms.set_device(device, card)

@@ -1,7 +1,9 @@
 """The run record: what a training run writes about each epoch, and how it is read back.
 
 ``results.csv`` holds one row per completed epoch (:data:`COLUMNS` first, in that order;
-then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it. The
+then, with mixed precision, ``loss_scale`` and ``skipped_steps``), ``results.png`` plots it.
+The ``val_loss_*`` columns hold the loss on the val split where an epoch was evaluated by
+one process (NaN elsewhere). The
 trainer writes both after every epoch on rank 0; resuming reads the rows back; the
 benchmarks and tests read them with :func:`read_results` instead of parsing the file
 themselves. A row is a plain dict of numbers (``epoch`` an int, the rest floats; NaN where
@@ -20,6 +22,8 @@ from typing import Any
 # sums them in this order). Defined here, in a module without MindSpore: train.py reads the
 # run record before the process environment is set, and MindSpore must load after it.
 LOSS_TERMS = ("total", "iou", "obj", "cls", "l1")
+# The loss on the val split (engine.evaluation.val_loss): without the L1 term.
+VAL_LOSS_TERMS = ("total", "iou", "obj", "cls")
 RESULTS_CSV = "results.csv"
 RESULTS_PNG = "results.png"
 COLUMNS = (
@@ -31,6 +35,7 @@ COLUMNS = (
     "epoch_s",
     "mAP",
     "mAP50",
+    *(f"val_loss_{k}" for k in VAL_LOSS_TERMS),
 )
 
 
@@ -75,7 +80,34 @@ def write_results(rows: Sequence[dict[str, Any]], run_dir: str) -> None:
 
 
 def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
-    """Loss terms, mAP and the learning rate per epoch, one panel each."""
+    """:func:`results_figure` of ``rows`` saved as ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = results_figure(rows)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# The shading of the epochs without mosaic/mixup, where YOLOX adds the L1 term.
+NO_AUG_LABEL = "mosaic/mixup off, L1 term on"
+VAL_LABEL = "val split (no L1 term)"
+
+
+def no_aug_start(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The first epoch of ``rows`` trained with the L1 term (YOLOX adds it, with mosaic
+    and mixup off, in its last ``train.no_aug_epochs`` + 1 epochs); None before that."""
+    for row in rows:
+        if row.get("loss_l1", 0.0) > 0.0:
+            return int(row["epoch"])
+    return None
+
+
+def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
+    """Loss terms (of the training batches and, where evaluated, of the val split), val mAP
+    and the learning rate per epoch, one panel each. The epochs trained with the L1 term are
+    shaded in the loss panels and the legend says so: the training loss jumps by that term
+    there (while the other terms usually drop on the unaugmented images); the val loss
+    leaves it out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,15 +115,32 @@ def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
 
     epochs = [r["epoch"] for r in rows]
     panels = [f"loss_{k}" for k in LOSS_TERMS] + ["mAP", "mAP50", "lr"]
+    titles = {
+        "loss_total": "loss_total",
+        "loss_l1": "loss_l1 (YOLOX: no-aug epochs only)",
+        "mAP": "val mAP",
+        "mAP50": "val mAP50",
+    }
+    start = no_aug_start(rows)
     fig, axes = plt.subplots(2, 4, figsize=(14, 6))
     for ax, key in zip(axes.flat, panels):
         values = [r.get(key, math.nan) for r in rows]
         pts = [(e, v) for e, v in zip(epochs, values) if not math.isnan(v)]
         if pts:
-            ax.plot(*zip(*pts), marker="o", markersize=3)
-        ax.set_title(key)
+            ax.plot(*zip(*pts), marker="o", markersize=3, label="training batches")
+        val_key = "val_" + key
+        val = [(r["epoch"], r[val_key]) for r in rows if not math.isnan(r.get(val_key, math.nan))]
+        if val:
+            ax.plot(*zip(*val), marker="s", markersize=3, label=VAL_LABEL)
+        if start is not None and key.startswith("loss_"):
+            ax.axvspan(
+                start - 0.5, max(epochs) + 0.5, color="tab:orange", alpha=0.15, label=NO_AUG_LABEL
+            )
+        ax.set_title(titles.get(key, key))
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
+    labels = axes.flat[0].get_legend_handles_labels()[1]
+    if len(labels) > 1:  # the val split's line or the shading beside the training batches
+        axes.flat[0].legend(loc="best", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return fig

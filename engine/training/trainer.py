@@ -444,11 +444,15 @@ def _build_callbacks(
                 log.warning("train.patience: early stopping is not supported with several ranks")
             else:
                 cbs.append(EarlyStopping(state, int(tcfg.patience)))
+        bar = StepProgress(state)
         cbs += [
-            StepProgress(state),
             StepLossMonitor(
-                k * max(1, min(int(tcfg.log_interval), steps_per_sink)), state.steps_per_epoch, k
+                k * max(1, min(int(tcfg.log_interval), steps_per_sink)),
+                state.steps_per_epoch,
+                k,
+                show=bar.show_loss,
             ),
+            bar,  # after the loss monitor (both MEASURE): its line shows this step's loss
             EpochTimeMonitor(data_size=calls_per_sink),
         ]
     if tcfg.stop_at_epoch:

@@ -26,6 +26,7 @@ from msdet.engine.evaluation.detections import detections_in_image
 from msdet.engine.evaluation.loop import RankGather, evaluate_on_dataset
 from msdet.engine.evaluation.plots import FILES as PLOT_FILES
 from msdet.engine.evaluation.plots import plot_val_predictions
+from msdet.engine.evaluation.val_loss import ValidationLoss
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA
 from msdet.models.inference import InferenceNet, build_nms
@@ -40,7 +41,8 @@ VAL_GRID = "val_predictions.jpg"  # the latest evaluation's val images, truth be
 class TrainingEvaluation:
     """COCO evaluation of the weights being trained, in the run folder.
 
-    ``evaluate(epoch)`` scores the current (EMA) weights into ``<run dir>/eval/`` with the
+    ``evaluate(epoch)`` scores the current (EMA) weights into ``<run dir>/eval/`` (with the
+    loss on the val split in a single-process run: ``engine.evaluation.val_loss``) with the
     evaluation plots (confusion matrix, PR/P/R/F1 curves) and writes
     ``<run dir>/val_predictions.jpg``: the first ``train.vis_images`` val images, ground
     truth beside the predictions at the confusion matrix's confidence. ``final(is_best)``
@@ -79,6 +81,19 @@ class TrainingEvaluation:
         self.net, self.ema = net, ema
         self.kept: list = []
         self.last_metrics: dict[str, Any] | None = None
+        # The loss on the val split (results.csv, results.png); one process only: each rank
+        # sees its shard's batches, and only detections are gathered.
+        self.val_loss = None
+        if not rt.distributed:
+            self.val_loss = ValidationLoss(
+                source,
+                num_classes,
+                tuple(cfg.eval.img_size),
+                self.eval_net.head.strides,
+                int(cfg.data.max_objects),
+                cfg.train,
+                rt.kernels,
+            )
 
     def _current_weights(self) -> dict:
         """The weights training has reached: the EMA's averages, else the network's own."""
@@ -93,13 +108,18 @@ class TrainingEvaluation:
             value = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
             param.set_data(ms.Tensor(value, dtype=param.dtype))
 
-    def _run(self, out_dir: str, verbose: bool) -> dict[str, Any] | None:
+    def _run(
+        self, out_dir: str, verbose: bool, val_loss: ValidationLoss | None = None
+    ) -> dict[str, Any] | None:
         """Metrics on rank 0; None on the other ranks.
 
         ``verbose``: print pycocotools' summary and the per-class table (the final
         evaluation); during training the epoch line carries mAP and mAP50 and the full
-        summary is only written to ``<out_dir>/coco_summary.txt``.
+        summary is only written to ``<out_dir>/coco_summary.txt``. ``val_loss``: also the
+        loss on the val split (``metrics["val_loss"]``).
         """
+        if val_loss is not None:
+            val_loss.reset()
         metrics, self.kept = evaluate_on_dataset(
             self.detector,
             self.nms,
@@ -110,13 +130,16 @@ class TrainingEvaluation:
             gather=self.gather,
             verbose=verbose,
             plots=True,
+            val_loss=val_loss,
         )
         return metrics
 
     def evaluate(self, epoch: int) -> dict[str, Any] | None:
         """Evaluate the current (EMA) weights; outputs in <run dir>/eval/ (rank 0)."""
         self._load(self._current_weights())
-        self.last_metrics = self._run(os.path.join(self.run_dir, "eval"), verbose=False)
+        self.last_metrics = self._run(
+            os.path.join(self.run_dir, "eval"), verbose=False, val_loss=self.val_loss
+        )
         if self.last_metrics is not None and self.kept:
             conf = float(self.last_metrics["analysis"]["confusion_matrix_conf"])
             plot_val_predictions(

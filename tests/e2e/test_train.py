@@ -82,12 +82,19 @@ def test_logs_tell_the_truth(trained):
         parts = row["loss_iou"] + row["loss_obj"] + row["loss_cls"] + row["loss_l1"]
         assert row["loss_total"] == pytest.approx(parts, rel=1e-4)  # the terms add up (3e-8)
     assert rows[0]["loss_l1"] == 0 and rows[-1]["loss_l1"] > 0  # L1 on in the no-aug epoch
+    # Every epoch is evaluated (eval_interval 1): the val split's loss, without the L1 term.
+    for row in rows:
+        terms = row["val_loss_iou"] + row["val_loss_obj"] + row["val_loss_cls"]
+        assert row["val_loss_total"] == pytest.approx(terms, rel=1e-4) and terms > 0
     log = Path(os.path.join(run_dir, "train.log")).read_text()
     assert "amp O2" in log and "cannot sink data on CPU" in log
     # LossMonitor counts real steps (6 per epoch) and TimeMonitor divides by them; both
-    # speak through msdet's log (the loss on the console, the time in the log file).
-    assert "  step 6/6  loss " in out.stdout and "loss is" not in out.stdout
+    # speak through msdet's log file. The console's bar lines carry the latest loss.
+    assert "  step 6/6  loss " in log and "loss is" not in out.stdout
     assert "ms per step (TimeMonitor)" in log and "per step time" not in out.stdout
+    assert "  step " not in out.stdout
+    assert re.search(r"^epoch 3/3: 100% 6/6 \[.*\] loss \d+\.\d{3}$", out.stdout, re.M)
+    assert max(len(line) for line in (out.stdout + out.stderr).splitlines()) <= 160
 
 
 def test_console_has_no_framework_warnings(trained):

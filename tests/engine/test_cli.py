@@ -60,9 +60,42 @@ def test_help_shows_what_the_command_takes_with_examples(script, first, takes, n
         assert f"  {key}" in out.stdout, key
     for key in not_takes:
         assert f"  {key}" not in out.stdout, key
-    # The command's own settings come first (predict.py: what source takes).
+    assert out.stdout.strip().splitlines()[-1].startswith("All ")  # where the rest is
+    # --help all: every setting, the command's own first (predict.py: what source takes).
+    out = entry(script, "--help", "all")
+    assert out.returncode == 0, out.stderr
     settings = out.stdout.split("the command's own first:\n", 1)[1]
     assert settings.startswith(f"  {first}"), settings[:200]
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "predict", "export"])
+def test_help_is_short_the_main_settings_then_where_the_rest_is(command):
+    from msdet.common.config import COMMANDS
+
+    spec = COMMANDS[command]
+    short, full = help_text(command), help_text(command, full=True)
+    lines = short.splitlines()
+    assert len(lines) <= 40 and max(len(line) for line in lines) <= 160
+    settings = short.split("main settings (key=value; the value shown is the default):\n")[1]
+    listed = [line.split("=")[0].strip() for line in settings.split("\n\n")[0].splitlines()]
+    assert listed == list(spec.settings) and 8 <= len(listed) <= 20
+    every = full.split("the command's own first:\n")[1].split("\n\n")[0].splitlines()
+    assert set(listed) < {line.split("=")[0].strip() for line in every}
+    assert lines[-1] == (
+        f"All {len(every)} settings: msdet {command} --help all (python {command}.py --help all)"
+        f"; the guide: {spec.guide} in the msdet repository"
+    )
+    assert len(full.splitlines()) > 60
+    assert "data=shapes   (options: coco, shapes, shapes_stars; or a dataset folder" in short
+
+
+def test_help_takes_all_after_it_or_as_one_option():
+    from msdet.engine.cli import help_wanted
+
+    assert help_wanted(["--help"]) == help_wanted(["model=yolox_s", "-h"]) == "short"
+    assert help_wanted(["--help", "all"]) == help_wanted(["--help-all"]) == "all"
+    assert help_wanted(["all", "--help"]) == "short"
+    assert help_wanted(["train.epochs=3"]) is None
 
 
 @pytest.mark.slow

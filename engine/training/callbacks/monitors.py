@@ -1,9 +1,10 @@
 """MindSpore's ``LossMonitor`` and ``TimeMonitor``, speaking through msdet's log.
 
 Both are MindSpore's own callbacks (their interval logic, their non-finite loss check); only
-what they print is caught and logged in msdet's format: the loss every ``train.log_interval``
-steps on the console and in the log file, the epoch's time per step in the log file (the
-console's epoch line already gives the epoch's time and images per second).
+what they print is caught and logged in msdet's format, in the log file: the loss every
+``train.log_interval`` steps (the console shows it at the end of the epoch's progress bar
+instead of a line per reading), the epoch's time per step (the console's epoch line already
+gives the epoch's time and images per second).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import contextlib
 import io
 import logging
 import re
+from collections.abc import Callable
 
 from mindspore.train import LossMonitor, TimeMonitor
+
+from msdet.engine.training.callbacks.base import MEASURE
 
 log = logging.getLogger("train")
 
@@ -23,13 +27,26 @@ TIME_LINE = re.compile(r"epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
 
 class StepLossMonitor(LossMonitor):
     """``LossMonitor(per_print_times)``; each of its lines becomes
-    ``  step <n>/<steps>  loss <value>`` (steps counted as optimizer steps: ``accumulate``
-    training-step calls make one)."""
+    ``  step <n>/<steps>  loss <value>`` in the log file (steps counted as optimizer steps:
+    ``accumulate`` training-step calls make one), and ``show(loss)`` gets the loss
+    (:meth:`StepProgress.show_loss`: the progress bar's loss).
 
-    def __init__(self, per_print_times: int, steps_per_epoch: int, accumulate: int = 1):
+    Phase :data:`MEASURE`, listed before the progress bar: the bar's line at a step carries
+    that step's loss."""
+
+    phase = MEASURE
+
+    def __init__(
+        self,
+        per_print_times: int,
+        steps_per_epoch: int,
+        accumulate: int = 1,
+        show: Callable[[float], None] | None = None,
+    ):
         super().__init__(per_print_times)
         self.steps_per_epoch = steps_per_epoch
         self.accumulate = accumulate
+        self.show = show
 
     def on_train_step_end(self, run_context):
         # MindSpore's hook; LossMonitor's own step_end prints (a subclass overriding the
@@ -40,7 +57,11 @@ class StepLossMonitor(LossMonitor):
                 log.info("%s", line)
                 continue
             step = -(-int(m.group(2)) // self.accumulate)
-            log.info("  step %d/%d  loss %s", step, self.steps_per_epoch, m.group(3).strip())
+            loss = m.group(3).strip()
+            log.debug("  step %d/%d  loss %s", step, self.steps_per_epoch, loss)
+            if self.show is not None:
+                with contextlib.suppress(ValueError):  # a loss printed as a tuple: not shown
+                    self.show(float(loss))
 
 
 class EpochTimeMonitor(TimeMonitor):

@@ -90,7 +90,11 @@ class TensorBoardCallback(EpochCallback):
         for key, value in row.items():
             if key != "epoch" and not (isinstance(value, float) and math.isnan(value)):
                 group = (
-                    "loss" if key.startswith("loss_") else "metrics" if "mAP" in key else "train"
+                    "loss"
+                    if key.startswith(("loss_", "val_loss_"))
+                    else "metrics"
+                    if "mAP" in key
+                    else "train"
                 )
                 self.writer.add_scalar(f"{group}/{key}", value, epoch)
         if self.state.evaluated:

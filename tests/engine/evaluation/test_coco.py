@@ -32,7 +32,7 @@ def test_perfect_detections_give_ap_one(tmp_path, caplog):
         metrics = evaluate(
             tmp_path,
             *model_detections(objects),
-            speed={"preprocess": 1.0, "inference": 20.0, "nms": 2.5},
+            speed={"data_wait": 0.01, "inference": 20.0, "nms": 2.5},
         )
     assert metrics["mAP"] == pytest.approx(1.0)
     assert metrics["mAP50"] == metrics["mAP75"] == pytest.approx(1.0)
@@ -46,7 +46,7 @@ def test_perfect_detections_give_ap_one(tmp_path, caplog):
         "mAP 1.000  mAP50 1.000  mAP75 1.000  (small -, medium -, large 1.000)"
     )
     assert "triangle" in console and "Average Precision" not in console
-    assert "Speed: 1.0 ms pre-process, 20.0 ms inference, 2.5 ms NMS per image" in console
+    assert "Speed: 20.0 ms inference, 2.5 ms NMS per image" in console
     # pycocotools' twelve lines: in the log file (DEBUG) and coco_summary.txt.
     summary = (tmp_path / "coco_summary.txt").read_text()
     assert (
@@ -186,14 +186,23 @@ def test_unknown_category_ids_are_rejected():
 
 def test_speed_meter_reports_ms_per_image():
     meter = SpeedMeter()
+    assert meter.ms_per_image() is None  # nothing timed: the one batch was the warm-up
+    assert format_speed(None) == (
+        "Speed: not measured (the val split is one batch, which warms the graphs up)"
+    )
     meter.seconds["inference"] = 0.5
     meter.add_images(10)
     assert meter.ms_per_image()["inference"] == pytest.approx(50.0)
     with meter.measure("nms"):
         pass
     assert 0.0 <= meter.ms_per_image()["nms"] < 1.0
-    assert format_speed(meter.ms_per_image()).startswith(
-        "Speed: 0.0 ms pre-process, 50.0 ms inference"
+    # Pre-processing runs in the data pipeline: a wait for data shows only when there was one.
+    assert format_speed(meter.ms_per_image()).startswith("Speed: 50.0 ms inference, 0.0 ms NMS")
+    assert "pre-process" not in format_speed(meter.ms_per_image())
+    assert "waiting for data" not in format_speed(meter.ms_per_image())
+    meter.seconds["data_wait"] = 0.012
+    assert format_speed(meter.ms_per_image()) == (
+        "Speed: 50.0 ms inference, 0.0 ms NMS, 1.2 ms waiting for data per image"
     )
     with pytest.raises(ValueError, match="unknown stage"), meter.measure("loss"):
         pass

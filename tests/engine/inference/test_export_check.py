@@ -14,7 +14,6 @@ from tests.support.inference import write_model
 
 
 def test_a_named_dataset_of_other_classes_is_an_error_and_the_default_one_is_skipped(tmp_path):
-    pytest.importorskip("onnxruntime")
     path = tmp_path / "model.onnx"  # described as disc, rectangle, triangle
     write_model(path, {METADATA_KEY: info().to_json()}, dims=(2, 3))
     stars = ["data.classes=[star,cross,ring]", f"data.cache_dir={tmp_path}"]

@@ -63,6 +63,26 @@ def test_export_writes_a_verified_mindir_with_nms_beside_the_checkpoint(tmp_path
     assert not list(run_dir.glob("*.mindir"))  # the run folder keeps the log only
 
 
+@pytest.mark.slow
+def test_an_onnx_export_prints_msdets_lines_only(tmp_path):
+    ckpt = str(tmp_path / "nano.ckpt")
+    ms.save_checkpoint(build_model(load_model_config("yolox_nano"), 3), ckpt)
+    proc = run_export(
+        f"ckpt={ckpt}",
+        "export.format=ONNX",
+        "eval.img_size=64",
+        "export.val=false",
+        f"run.dir={tmp_path / 'run'}",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert any(line.startswith("exported ") and ".onnx (ONNX" in line for line in lines)
+    # No MindSpore logger line ("[WARNING] ME(pid,...)"; MindSpore's note on its ONNX
+    # exporter went there), none wider than a console.
+    assert [line for line in lines if "[WARNING]" in line or " ME(" in line] == []
+    assert max(len(line) for line in lines) <= 160
+
+
 def own_predictions_as_truth(folder, records: dict, min_score: float) -> None:
     """A COCO val split of the images predict.py saw, its ground truth the detections
     scoring >= ``min_score``: a val set the model scores well on, whatever its training."""
@@ -116,7 +136,8 @@ def test_the_export_is_scored_beside_its_checkpoint_and_runs_in_eval_and_predict
     assert val["images"] == 6 and val["agrees"] is True
     assert val["checkpoint"]["mAP"] > 0.3  # a comparison of real detections
     assert val["exported"] == pytest.approx(val["checkpoint"], abs=1e-4)
-    assert val["verdict"] in proc.stderr + proc.stdout
+    console = " ".join((proc.stderr + proc.stdout).split())  # wrapped at 160 characters
+    assert " ".join(val["verdict"].split()) in console
 
     evaluated = run_entry(
         "eval.py", tmp_path / "eval", tmp_path, f"ckpt={model}", *dataset, tiny=False

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -48,7 +50,6 @@ def test_the_description_travels_inside_the_file(tmp_path):
 
 
 def test_a_smaller_batch_is_padded_to_the_files_and_cut_back(tmp_path):
-    pytest.importorskip("onnxruntime")
     path = tmp_path / "model.onnx"
     write_model(path, {METADATA_KEY: info().to_json()}, dims=(2, 3))
     model = ExportedModel(str(path))
@@ -57,6 +58,29 @@ def test_a_smaller_batch_is_padded_to_the_files_and_cut_back(tmp_path):
     np.testing.assert_array_equal(out[0], [[0.0, 0.5, 2.0]])
     with pytest.raises(ExportedModelError, match=r"takes input \[2, 3\], got \[3, 3\]"):
         model.run(np.zeros((3, 3), np.float32))
+
+
+def test_without_onnxruntime_onnx_files_and_exports_say_what_to_install(tmp_path, monkeypatch):
+    from msdet.common.config import load_config
+    from msdet.engine.inference.export import ExportError, export_checkpoint
+
+    path = tmp_path / "model.onnx"
+    write_model(path, {METADATA_KEY: info().to_json()}, dims=(2, 3))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime: ImportError
+    with pytest.raises(ExportedModelError) as err:
+        ExportedModel(str(path))
+    assert f"{path}: running an ONNX model needs onnxruntime" in str(err.value)
+    assert "pip install onnxruntime" in str(err.value)
+    # An ONNX export is refused before it is made, not left unchecked.
+    overrides = [f"ckpt={tmp_path}/nano.ckpt", "export.format=onnx", "export.val=false"]
+    cfg = load_config("export", overrides)
+    with pytest.raises(ExportError) as err:
+        export_checkpoint(cfg, dict(o.split("=", 1) for o in overrides), str(tmp_path / "run"))
+    assert "export.format=ONNX (the written file is checked by running it) needs onnxruntime" in (
+        str(err.value)
+    )
+    assert "pip install onnxruntime" in str(err.value)
+    assert sorted(os.listdir(tmp_path)) == ["model.onnx"]
 
 
 def test_nms_inside_the_file_keeps_its_detections_over_the_threshold():

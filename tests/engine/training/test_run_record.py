@@ -44,3 +44,38 @@ def test_a_run_written_before_the_loss_scale_columns_resumes_with_them(tmp_path)
     assert header_of(tmp_path) == [*COLUMNS, "loss_scale", "skipped_steps"]
     assert math.isnan(back[0]["loss_scale"]) and math.isnan(back[0]["skipped_steps"])
     assert back[1]["loss_scale"] == 512.0 and back[1]["skipped_steps"] == 3.0
+
+
+def test_the_l1_terms_epochs_are_shaded_and_named_in_the_legend():
+    import matplotlib.pyplot as plt
+
+    from msdet.engine.training.run_record import NO_AUG_LABEL, no_aug_start, results_figure
+
+    rows = [row(e, loss_l1=0.0) for e in (1, 2, 3)] + [row(e, loss_l1=1.5) for e in (4, 5)]
+    for r in rows:
+        r.update({f"val_loss_{k}": math.nan for k in ("total", "iou", "obj", "cls")})
+    rows[1]["val_loss_total"], rows[4]["val_loss_total"] = 7.0, 6.0
+    assert no_aug_start(rows) == 4 and no_aug_start(rows[:3]) is None
+    fig = results_figure(rows)
+    try:
+        total, l1 = fig.axes[0], fig.axes[4]
+        assert total.get_title() == "loss_total"
+        assert l1.get_title() == "loss_l1 (YOLOX: no-aug epochs only)"
+        legend = [t.get_text() for t in total.get_legend().get_texts()]
+        assert legend == ["training batches", "val split (no L1 term)", NO_AUG_LABEL]
+        assert NO_AUG_LABEL == "mosaic/mixup off, L1 term on"
+        # The val loss where evaluated (epochs 2 and 5), in the panels of its terms only.
+        (val,) = [line for line in total.lines if line.get_label() == "val split (no L1 term)"]
+        assert list(val.get_xdata()) == [2, 5] and list(val.get_ydata()) == [7.0, 6.0]
+        assert [line.get_label() for line in l1.lines] == ["training batches"]
+        (span,) = [p for p in l1.patches if p.get_label() == NO_AUG_LABEL]
+        assert span.get_x() == 3.5 and span.get_x() + span.get_width() == 5.5
+        assert not [p for p in fig.axes[5].patches]  # mAP: not a loss, no shading
+    finally:
+        plt.close(fig)
+    rows[1]["val_loss_total"] = math.nan
+    fig = results_figure(rows[:3])  # before the switch, no val loss: no shading, no legend
+    try:
+        assert fig.axes[0].get_legend() is None and not fig.axes[0].patches
+    finally:
+        plt.close(fig)

@@ -80,3 +80,47 @@ def test_without_sinking_a_line_every_ten_percent(caplog, monkeypatch):
     callback.on_train_epoch_end(RunContext(cur_epoch_num=1))
     lines = progress_lines(caplog)
     assert len(lines) == 10 and lines[0] == "epoch 1/1: 10% 2/20" and lines[-1].endswith("20/20")
+
+
+class Params(dict):
+    """MindSpore's callback parameters: a dict read as attributes too."""
+
+    __getattr__ = dict.__getitem__
+
+
+def test_the_loss_rides_on_the_bar_and_its_step_lines_go_to_the_log_file(caplog, monkeypatch):
+    import mindspore as ms
+
+    from msdet.engine.training.callbacks.base import ordered
+    from msdet.engine.training.callbacks.monitors import StepLossMonitor
+
+    monkeypatch.setenv(ENV_VAR, "lines")
+    caplog.set_level(logging.DEBUG, logger="train")
+    state = TrainState(epochs=1, steps_per_epoch=4, total_batch=8)
+    bar = StepProgress(state)
+    monitor = StepLossMonitor(2, state.steps_per_epoch, show=bar.show_loss)
+    callbacks = ordered([monitor, bar])  # as the trainer lists them: one phase, this order
+    assert callbacks == [monitor, bar]
+    begin = SimpleNamespace(original_args=lambda: Params(cur_epoch_num=1, batch_num=4))
+    for cb in callbacks:
+        cb.on_train_epoch_begin(begin)
+    for step, loss in enumerate([12.5, 11.25, 10.125, 9.0625], start=1):
+        params = Params(cur_epoch_num=1, cur_step_num=step, batch_num=4)
+        params["net_outputs"] = ms.Tensor(loss, ms.float32)
+        params["dataset_sink_mode"] = False
+        ctx = SimpleNamespace(original_args=lambda params=params: params)
+        for cb in callbacks:
+            cb.on_train_step_end(ctx)
+    for cb in callbacks:
+        cb.on_train_epoch_end(begin)
+    console = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    file_only = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert file_only == ["  step 2/4  loss 11.25", "  step 4/4  loss 9.0625"]
+    # A line at each step here (every 25%): the loss read last, this step's once read (the
+    # monitor runs first); no step line on the console.
+    assert [line.split(" [")[0] + " " + line.split("]")[-1] for line in console] == [
+        "epoch 1/1: 25% 1/4 ",
+        "epoch 1/1: 50% 2/4  loss 11.250",
+        "epoch 1/1: 75% 3/4  loss 11.250",
+        "epoch 1/1: 100% 4/4  loss 9.062",
+    ]

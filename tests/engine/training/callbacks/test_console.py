@@ -32,7 +32,28 @@ def test_epoch_summary_row_and_the_latest_evaluation_in_the_log(caplog):
     assert math.isnan(second["mAP"])  # no evaluation in epoch 2
     assert lines[0].startswith("epoch 1/3  loss 3.000 (iou 1.000")
     assert lines[0].endswith("mAP 0.250 mAP50 0.500")
-    assert lines[1].endswith("(last eval: mAP 0.250 mAP50 0.500)")
+    assert lines[1].endswith("  mAP 0.250 mAP50 0.500 (epoch 1)")
+
+
+def test_a_long_runs_epoch_line_fits_the_console(caplog):
+    st = train_state(epochs=300, steps=2)
+    st.history = [{"epoch": 290, "mAP": 0.45}]
+    st.reset_epoch(295)
+    st.epoch_seconds = [4500.0] * 3  # 1:15 per epoch: an ETA of 6:15:00
+    st.metrics = {"mAP": 0.451, "mAP50": 0.652}
+    st.history.append(
+        {"epoch": 295, "loss_total": 12.345, "loss_iou": 4.567, "loss_obj": 6.789,
+         "loss_cls": 1.234, "loss_l1": 1.234, "num_fg": 158.8, "lr": 0.01,
+         "images_per_s": 1234.5, "epoch_s": 4500.0, "mAP": math.nan}
+    )  # fmt: skip
+    caplog.set_level(logging.INFO, logger="train")
+    EpochLine(st).end_epoch(295, RunContext())
+    (text,) = [r.getMessage() for r in caplog.records]
+    assert text == (
+        "epoch 295/300  loss 12.345 (iou 4.567 obj 6.789 cls 1.234 l1 1.234)  fg 158.8  "
+        "lr 1.00e-02  1234.5 img/s  ETA 6:15:00  mAP 0.451 mAP50 0.652 (epoch 290)"
+    )
+    assert len(text) <= 160
 
 
 def test_the_epoch_row_has_loss_scale_and_skipped_steps_under_amp_only():

@@ -22,14 +22,22 @@ class CallbackParams(dict):
 
 def test_the_loss_line_counts_optimizer_steps_every_log_interval(caplog):
     monitor = StepLossMonitor(per_print_times=2, steps_per_epoch=3, accumulate=2)
-    with caplog.at_level(logging.INFO, logger="train"):
+    shown = []
+    monitor.show = shown.append
+    with caplog.at_level(logging.DEBUG, logger="train"):
         for call in range(1, 7):  # one epoch: 3 optimizer steps of 2 micro-batches
             params = CallbackParams(cur_epoch_num=1, cur_step_num=call, batch_num=6,
                                     net_outputs=Tensor(np.float32(call / 4)),
                                     dataset_sink_mode=False)  # fmt: skip
             monitor.on_train_step_end(RunContext(params))
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["  step 1/3  loss 0.5", "  step 2/3  loss 1.0", "  step 3/3  loss 1.5"]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    # The log file's lines (DEBUG: not on the console, where the progress bar shows the loss).
+    assert lines == [
+        (logging.DEBUG, "  step 1/3  loss 0.5"),
+        (logging.DEBUG, "  step 2/3  loss 1.0"),
+        (logging.DEBUG, "  step 3/3  loss 1.5"),
+    ]
+    assert shown == [0.5, 1.0, 1.5]
 
 
 def test_a_non_finite_loss_still_stops_the_run_as_mindspore_does():
