@@ -22,11 +22,13 @@ folder to put it in; a file placed there under its name is used as if downloaded
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -45,6 +47,7 @@ URL_VAR = "MSDET_WEIGHTS_URL"
 RELEASE_CLASSES = 80  # COCO's, in YOLOX's order: models.description.COCO_NAMES
 TIMEOUT_S = 60.0  # per network operation (connect, each read), not for the whole file
 CHUNK = 1 << 20
+STALE_PART_S = 600.0  # a temporary file not written to for this long is a killed download's
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ def fetch_release_weights(model: str, expected: Mapping[str, tuple[int, ...]] | 
         _verify(model, path, url, expected, cached=True)
         return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    _remove_stale_parts(os.path.dirname(path), release.filename)
     fd, tmp = tempfile.mkstemp(
         prefix=release.filename + ".", suffix=".part", dir=os.path.dirname(path)
     )
@@ -164,6 +168,18 @@ def fetch_release_weights(model: str, expected: Mapping[str, tuple[int, ...]] | 
             os.remove(tmp)
     log.info("saved %s", path)
     return path
+
+
+def _remove_stale_parts(folder: str, filename: str) -> None:
+    """Delete what killed downloads of ``filename`` left; a download under way (another
+    rank's) writes continuously and stays."""
+    now = time.time()
+    for name in os.listdir(folder):
+        part = os.path.join(folder, name)
+        if name.startswith(filename + ".") and name.endswith(".part"):
+            with contextlib.suppress(OSError):  # another process may remove it first
+                if now - os.path.getmtime(part) > STALE_PART_S:
+                    os.remove(part)
 
 
 def _download(url: str, out: Any, filename: str) -> None:

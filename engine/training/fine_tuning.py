@@ -20,6 +20,7 @@ level is stored in them (``msdet_freeze``) so that a resumed run keeps it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -173,7 +174,12 @@ def resolve_start(value: Any, model_cfg: Any, net: nn.Cell | None = None) -> Sta
         check_release_fits(value, model_cfg)
         path = fetch_release_weights(value, _release_shapes(net) if net is not None else None)
         return Start(path, f"the original's official COCO weights of {value} ({path})")
-    return Start(value, value)
+    if not os.path.exists(value):
+        raise ValueError(
+            f"train.pretrained={value}: no such file. A model name takes its official COCO "
+            f"weights ({', '.join(RELEASE_FILES)}), auto those of model.name, null none"
+        )
+    return Start(value, f"the weights of {value}")
 
 
 def _release_shapes(net: nn.Cell) -> dict[str, tuple[int, ...]]:

@@ -15,9 +15,13 @@ import runpy
 import sys
 
 from msdet.common.config import ROOT
-from msdet.models.release_weights import RELEASE_FILES, ReleaseFile
+from msdet.engine.runtime.device import configure_process_env
 
 if __name__ == "__main__":
+    # release_weights loads MindSpore: first the environment train.py would set (runtime=cpu).
+    configure_process_env("CPU")
+    from msdet.models.release_weights import RELEASE_FILES, ReleaseFile
+
     digest, settings = sys.argv[1], sys.argv[2:]
     if digest != "-":
         RELEASE_FILES["yolox_nano"] = ReleaseFile(RELEASE_FILES["yolox_nano"].filename, digest)

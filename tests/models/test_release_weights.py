@@ -225,6 +225,18 @@ def test_a_cached_file_that_is_not_the_published_one_is_an_error(
     assert site.requests == []
 
 
+def test_what_killed_downloads_left_is_removed_and_a_fresh_one_kept(site, cache, monkeypatch):
+    folder = cache / "weights"
+    os.makedirs(folder)
+    stale, fresh = folder / "yolox_s.pth.abc.part", folder / "yolox_s.pth.def.part"
+    stale.write_bytes(b"killed")
+    fresh.write_bytes(b"another rank is writing")
+    os.utime(stale, (1e9, 1e9))
+    with pytest.raises(ReleaseWeightsError):  # the site has no file: 404
+        fetch_release_weights("yolox_s")
+    assert sorted(os.listdir(folder)) == [fresh.name]
+
+
 def test_a_file_placed_in_the_cache_by_hand_is_used_without_a_request(site, cache, monkeypatch):
     body = b"any bytes: only the checksum is compared"
     _publish(monkeypatch, "yolox_m", body)

@@ -197,8 +197,18 @@ def test_start_without_fitting_official_weights(release_site):
     with pytest.raises(ValueError, match=r"choose model=yolox_s, or train.pretrained=null"):
         resolve_start("yolox_s", changed)
     assert resolve_start(None, changed).what == "from scratch (train.pretrained=null)"
-    assert resolve_start("runs/x.ckpt", changed).path == "runs/x.ckpt"
+    with pytest.raises(ValueError, match=r"train.pretrained=yolox_sx: no such file\. A model name"):
+        resolve_start("yolox_sx", changed)
     assert release_site.requests == []  # nothing was downloaded for any of these
+
+
+def test_start_from_a_file(tmp_path):
+    from msdet.engine.training.fine_tuning import resolve_start
+
+    path = tmp_path / "mine.pth"
+    path.write_bytes(b"read when loaded")
+    start = resolve_start(str(path), load_model_config("yolox_nano"))
+    assert (start.path, start.what) == (str(path), f"the weights of {path}")
 
 
 @pytest.mark.slow
