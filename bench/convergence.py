@@ -47,7 +47,7 @@ def run_msdet(args, out: str, seed: int, class_names: list[str]) -> dict:
     """msdet's ``train.py`` with the comparison's settings; its results.csv and metrics.json.
     ``--init original``: from the original's initial weights for ``seed``."""
     run_dir = os.path.join(out, f"{msdet_side(args)}-e{args.epochs}-s{seed}")
-    start = []
+    start = ["train.pretrained=null"]  # from scratch, as the original's side
     if args.init == "original":
         start = [f"train.pretrained={original_init(out, args.model, seed, class_names, args.img)}"]
     cmd = [

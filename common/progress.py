@@ -18,9 +18,9 @@ each line with the bar cleared and redrawn after it (``tqdm.external_write_mode`
 their lines appear above the bar instead of glued to it.
 
 This lives in ``common/``, the bottom layer: data generation, the CPU kernel measurement,
-training steps, evaluation and prediction report through it. ``models``
-does not: the PyTorch converter (``models.convert_pytorch``, seconds even for
-yolox_l) logs its stages with their times instead.
+downloads of official weights, training steps, evaluation and prediction report through
+it. The PyTorch converter (``models.convert_pytorch``, seconds even for yolox_l) logs its
+stages with their times instead.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ GRAPH_NEUTRAL_KEYS = (
     "train.time_limit_min",
     "train.stop_at_epoch",
     "train.tensorboard",
+    "train.pretrained",  # the starting values, not the network (train.freeze is not neutral)
+    "train.pretrained_strict",
+    "data.name",
     "data.root",  # the data decide the class count: training_graph_key adds it
     "data.cache_dir",
     "data.num_workers",
@@ -38,6 +41,9 @@ GRAPH_NEUTRAL_KEYS = (
     "runtime.compile_cache",
     "runtime.profile_steps",
     "runtime.save_graphs",
+    "run.root",  # where the run writes
+    "run.name",
+    "run.dir",
 )
 
 # Graph kernel fusion (runtime.fusion): MindSpore fuses element-wise chains at jit_level O1

@@ -1,4 +1,12 @@
-"""Fine-tuning set-up: freezing the backbone (or backbone and neck) of a pretrained model.
+"""Fine-tuning set-up: where a run starts (``train.pretrained``) and freezing the backbone
+(or backbone and neck) of a pretrained model.
+
+``train.pretrained``: null starts from scratch; a path loads a msdet ``.ckpt`` or a PyTorch
+``.pth`` (:mod:`msdet.models.pretrained`); a model name (``yolox_s``) the original's
+official COCO weights of that model, downloaded once (:mod:`msdet.models.release_weights`);
+``auto`` those of ``model.name``, or from scratch, said in the log, for a model without
+official weights (a config of its own, or an architecture changed on the command line).
+A resumed run starts from its checkpoint and ignores ``train.pretrained``.
 
 A frozen parameter is excluded from the optimizer (``requires_grad=False``): it gets no
 gradient, no update and no weight decay, and the optimizer holds no momentum for it.
@@ -12,12 +20,22 @@ level is stored in them (``msdet_freeze``) so that a resumed run keeps it.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import mindspore as ms
 from mindspore import nn
 
-from msdet.models.pretrained import load_pretrained
+from msdet.models.pretrained import CLASS_HEAD, load_pretrained
+from msdet.models.release_weights import (
+    RELEASE_CLASSES,
+    RELEASE_FILES,
+    check_release_fits,
+    fetch_release_weights,
+    release_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,18 +140,90 @@ def resolve_freeze(configured: str, resume_path: str | None) -> str:
     return kept
 
 
-def prepare_fine_tuning(net: nn.Cell, tcfg, resume_path: str | None = None) -> str:
-    """``train.pretrained`` and ``train.freeze`` applied to a freshly built network.
+@dataclass
+class Start:
+    """Where a run's weights start (:func:`resolve_start`): ``path`` (None: from scratch) and
+    a phrase for the run's header."""
+
+    path: str | None
+    what: str
+
+    @property
+    def scratch(self) -> bool:
+        return self.path is None
+
+
+def resolve_start(value: Any, model_cfg: Any, net: nn.Cell | None = None) -> Start:
+    """The file ``train.pretrained`` names (see the module docstring), official weights
+    fetched into the cache; ``net`` (the model to train): the parameter shapes a release
+    file without a published sha256 is checked against."""
+    if value is None or str(value) == "":
+        return Start(None, "from scratch (train.pretrained=null)")
+    value = str(value)
+    if value == "auto":
+        name = release_for(model_cfg)
+        if name is None:
+            why = (
+                "its architecture is changed from the released one"
+                if str(model_cfg.name) in RELEASE_FILES
+                else f"official weights exist for {', '.join(RELEASE_FILES)} only"
+            )
+            return Start(None, f"from scratch: no official weights fit {model_cfg.name} ({why})")
+        value = name
+    if value in RELEASE_FILES:
+        check_release_fits(value, model_cfg)
+        path = fetch_release_weights(value, _release_shapes(net) if net is not None else None)
+        return Start(path, f"the original's official COCO weights of {value} ({path})")
+    if not os.path.exists(value):
+        raise ValueError(
+            f"train.pretrained={value}: no such file. A model name takes its official COCO "
+            f"weights ({', '.join(RELEASE_FILES)}), auto those of model.name, null none"
+        )
+    return Start(value, f"the weights of {value}")
+
+
+def _release_shapes(net: nn.Cell) -> dict[str, tuple[int, ...]]:
+    """``net``'s parameter shapes with the class head at the release's 80 classes."""
+    return {
+        p.name: (RELEASE_CLASSES, *p.shape[1:]) if p.name.startswith(CLASS_HEAD) else tuple(p.shape)
+        for p in net.get_parameters()
+    }
+
+
+@dataclass
+class FineTuning:
+    """What :func:`prepare_fine_tuning` set up: the start and the freeze level in force."""
+
+    start: Start
+    freeze: str
+
+
+def prepare_fine_tuning(
+    net: nn.Cell,
+    tcfg: Any,
+    class_names: Sequence[str],
+    model_cfg: Any,
+    resume_path: str | None = None,
+) -> FineTuning:
+    """``train.pretrained`` and ``train.freeze`` applied to a freshly built network whose
+    classes are ``class_names``.
 
     Call before building the optimizer and EMA (the EMA starts from the loaded weights).
-    Returns the freeze level in force (a resumed run keeps its checkpoint's).
+    A resumed run keeps its checkpoint's freeze level and loads no pretrained weights (the
+    checkpoint replaces them).
     """
-    if tcfg.pretrained:
-        strict = bool(tcfg.pretrained_strict)
-        log.info("%s", load_pretrained(net, str(tcfg.pretrained), strict).table())
+    if resume_path:
+        start = Start(resume_path, f"resumed from {resume_path}")
+    else:
+        start = resolve_start(tcfg.pretrained, model_cfg, net)
+        if start.path is not None:
+            strict = bool(tcfg.pretrained_strict)
+            report = load_pretrained(net, start.path, class_names, strict)
+            log.info("%s", report.table())
+            log.info("%s", report.classes_line())
     level = resolve_freeze(tcfg.freeze, resume_path)
     if level != "none":
         log.info("%s", freeze(net, level).summary())
-        if not tcfg.pretrained and not resume_path:
+        if start.scratch:
             log.warning("train.freeze=%s without train.pretrained freezes random weights", level)
-    return level
+    return FineTuning(start, level)

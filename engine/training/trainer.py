@@ -47,7 +47,12 @@ from msdet.engine.training.callbacks.records import (
 )
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
 from msdet.engine.training.checkpoints import CheckpointManager, restore_training_state
-from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
+from msdet.engine.training.fine_tuning import (
+    META_FREEZE,
+    Start,
+    freeze_level_code,
+    prepare_fine_tuning,
+)
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
     MultiScaleSchedule,
@@ -66,6 +71,7 @@ from msdet.engine.training.step import TrainStep, build_train_step
 from msdet.engine.training.validation import TrainingEvaluation
 from msdet.models.description import DESCRIPTION_KEY, describe
 from msdet.models.loss import YOLOXLoss
+from msdet.models.release_weights import release_for
 from msdet.models.sync_batchnorm import convert_sync_batchnorm
 from msdet.models.yolox import build_model
 
@@ -103,7 +109,9 @@ def run_training(
         source = load_resume_source(str(tcfg.resume), rt.run_dir)
         check_resume_fits(source, cfg, train_src.class_names)
         check_epochs_left(source, int(tcfg.epochs))
-    freeze_level = prepare_fine_tuning(net, tcfg, source.path if source else None)
+    fine_tuning = prepare_fine_tuning(
+        net, tcfg, train_src.class_names, cfg.model, source.path if source else None
+    )
     net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
     loss = YOLOXLoss(
         num_classes,
@@ -175,10 +183,10 @@ def run_training(
         train_src=train_src,
         evaluation=evaluation,
         steps_per_sink=steps_per_sink,
-        meta=_checkpoint_meta(cfg, train_src, freeze_level),
+        meta=_checkpoint_meta(cfg, train_src, fine_tuning.freeze),
         buckets=buckets,
     )
-    _log_plan(cfg, rt, plan)
+    _log_plan(cfg, rt, plan, fine_tuning.start)
     if start_epoch >= plan.epochs:
         return _finished_run(rt, evaluation, plan.epochs, accepted)
     if accepted is not None:
@@ -288,8 +296,9 @@ def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
     return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
 
 
-def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
-    """The run's header: model, training and evaluation sizes, schedule, device."""
+def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, start: Start) -> None:
+    """The run's header: model, training and evaluation sizes, schedule, where the weights
+    start from, device."""
     trained = [int(v) for v in cfg.train.input_size]
     evaluated = [int(v) for v in cfg.eval.img_size]
     log.info(
@@ -304,6 +313,16 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule) -> None:
         f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
         plan.base_lr,
     )
+    log.info("start: %s", start.what)
+    if start.scratch and cfg.data.name != "shapes" and release_for(cfg.model):
+        # A small dataset trained from random weights ends near mAP 0 where the same run
+        # from pretrained weights learns it: say so where the user looks.
+        log.info(
+            "start: train.pretrained=auto starts %s from the original's COCO weights "
+            "(the `yolox` recipe, train=yolox, does by default); from scratch needs far "
+            "more data and epochs",
+            cfg.model.name,
+        )
     log.info(
         "%s%s: amp %s, %s mode, jit level %s (%s)%s",
         rt.device,

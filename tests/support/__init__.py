@@ -7,6 +7,7 @@ its modules, each imported by the tests that need it (most of them load MindSpor
 - ``loss_cases``, ``nms``, ``evaluation``, ``inference``, ``media``, ``data``, ``training``,
   ``multiscale``: inputs and stand-ins for the tests of those parts;
 - ``tiny_run``: the entry points run as a user runs them, on a tiny shapes set;
+- ``web``: a local web server standing in for a download site;
 - ``dp_tiny``, ``dp_step``, ``dp_overflow``, ``dp_accumulate``: the data-parallel jobs'
   problems and one-process references (tests/e2e/dp_*.py run their ranks).
 """

@@ -20,8 +20,13 @@ def _composed(*overrides: str):
 @pytest.mark.slow
 def test_graph_key_ignores_what_changes_no_graph():
     base = compiler.graph_key(_composed())
-    # A resumed run, another time limit: the same graphs.
-    for neutral in ("train.resume=auto", "train.time_limit_min=5"):
+    # A resumed run, another time limit, another start or dataset name: the same graphs.
+    for neutral in (
+        "train.resume=auto",
+        "train.time_limit_min=5",
+        "train.pretrained=yolox_nano",
+        "data.name=mine",
+    ):
         assert compiler.graph_key(_composed(neutral)) == base, neutral
     # Batch, size range, model and precision change the graphs.
     for changing in (

@@ -129,13 +129,17 @@ def test_prepare_fine_tuning_loads_then_freezes_and_logs_both(tmp_path, caplog):
     source = build_model(load_model_config("yolox_nano"), 80)
     path = tmp_path / "coco80.ckpt"
     ms.save_checkpoint(source, str(path))
-    net = build_model(load_model_config("yolox_nano"), 3)
+    nano = load_model_config("yolox_nano")
+    net = build_model(nano, 3)
     tcfg = OmegaConf.create(
         {"pretrained": str(path), "pretrained_strict": True, "freeze": "backbone"}
     )
     with caplog.at_level("INFO"):
-        assert prepare_fine_tuning(net, tcfg) == "backbone"
-    assert "re-initialised     6" in caplog.text and "train.freeze=backbone: " in caplog.text
+        done = prepare_fine_tuning(net, tcfg, ["person", "disc", "car"], nano)
+    assert done.freeze == "backbone" and done.start.path == str(path)
+    assert "re-initialised     0" in caplog.text and "by class name      6" in caplog.text
+    assert "kept 2 of 3 classes by name: person, car; new: disc" in caplog.text
+    assert "train.freeze=backbone: " in caplog.text
     stem = net.backbone.backbone.stem.conv.conv.weight
     assert not stem.requires_grad
     assert (
@@ -144,8 +148,76 @@ def test_prepare_fine_tuning_loads_then_freezes_and_logs_both(tmp_path, caplog):
     )
     caplog.clear()
     with caplog.at_level("WARNING"):
-        prepare_fine_tuning(
-            build_model(load_model_config("yolox_nano"), 3),
+        done = prepare_fine_tuning(
+            build_model(nano, 3),
             OmegaConf.create({"pretrained": None, "freeze": "backbone"}),
+            ["disc", "rectangle", "triangle"],
+            nano,
         )
-    assert "freezes random weights" in caplog.text
+    assert "freezes random weights" in caplog.text and done.start.scratch
+
+
+@pytest.fixture
+def release_site(tmp_path, monkeypatch):
+    """An empty cache and an empty local release site: every download is a 404."""
+    from tests.support.web import FileServer
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "cache"))
+    with FileServer() as server:
+        monkeypatch.setenv("MSDET_WEIGHTS_URL", server.url)
+        yield server
+
+
+def test_start_auto_takes_the_models_release_file(release_site):
+    from msdet.engine.training.fine_tuning import resolve_start
+    from msdet.models.release_weights import ReleaseWeightsError
+
+    # yolox_darknet53's file is the original's yolox_darknet.pth.
+    with pytest.raises(ReleaseWeightsError, match=r"/yolox_darknet\.pth \(HTTP 404"):
+        resolve_start("auto", load_model_config("yolox_darknet53"))
+    with pytest.raises(ReleaseWeightsError, match=r"/yolox_s\.pth \(HTTP 404"):
+        resolve_start("yolox_s", load_model_config("yolox_s"))
+    assert release_site.requests == ["/yolox_darknet.pth", "/yolox_s.pth"]
+
+
+def test_start_without_fitting_official_weights(release_site):
+    from msdet.engine.training.fine_tuning import resolve_start
+
+    changed = OmegaConf.merge(load_model_config("yolox_s"), {"depth": 0.5})
+    start = resolve_start("auto", changed)
+    assert start.scratch
+    assert start.what == (
+        "from scratch: no official weights fit yolox_s (its architecture is changed from the "
+        "released one)"
+    )
+    own = OmegaConf.merge(load_model_config("yolox_nano"), {"name": "my_nano"})
+    assert "official weights exist for yolox_nano, yolox_tiny" in resolve_start("auto", own).what
+    with pytest.raises(ValueError, match="train.pretrained=yolox_s is the official weights of"):
+        resolve_start("yolox_s", load_model_config("yolox_nano"))
+    with pytest.raises(ValueError, match=r"choose model=yolox_s, or train.pretrained=null"):
+        resolve_start("yolox_s", changed)
+    assert resolve_start(None, changed).what == "from scratch (train.pretrained=null)"
+    with pytest.raises(ValueError, match=r"train.pretrained=yolox_sx: no such file\. A model name"):
+        resolve_start("yolox_sx", changed)
+    assert release_site.requests == []  # nothing was downloaded for any of these
+
+
+def test_start_from_a_file(tmp_path):
+    from msdet.engine.training.fine_tuning import resolve_start
+
+    path = tmp_path / "mine.pth"
+    path.write_bytes(b"read when loaded")
+    start = resolve_start(str(path), load_model_config("yolox_nano"))
+    assert (start.path, start.what) == (str(path), f"the weights of {path}")
+
+
+@pytest.mark.slow
+def test_a_resumed_run_loads_no_pretrained_weights(tmp_path, release_site):
+    from msdet.engine.training.fine_tuning import prepare_fine_tuning
+
+    nano = load_model_config("yolox_nano")
+    path = tmp_path / "last.ckpt"
+    ms.save_checkpoint(build_model(nano, 3), str(path))
+    tcfg = OmegaConf.create({"pretrained": "auto", "pretrained_strict": True, "freeze": "none"})
+    done = prepare_fine_tuning(build_model(nano, 3), tcfg, ["a", "b", "c"], nano, str(path))
+    assert done.start.what == f"resumed from {path}" and release_site.requests == []

@@ -86,14 +86,16 @@ def test_the_run_header_shows_the_resolved_sizes(overrides, header, caplog):
 
     from msdet.common.config import load_config
     from msdet.engine.runtime.process import Runtime
+    from msdet.engine.training.fine_tuning import Start
     from msdet.engine.training.schedule import Schedule
     from msdet.engine.training.trainer import _log_plan
 
     cfg = load_config("train", overrides)
     cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
     with caplog.at_level(logging.INFO, logger="train"):
-        _log_plan(cfg, cpu, Schedule.from_config(cfg.train, 1, 64))
+        _log_plan(cfg, cpu, Schedule.from_config(cfg.train, 1, 64), Start(None, "from scratch"))
     assert caplog.records[0].getMessage().startswith(header)
+    assert caplog.records[1].getMessage() == "start: from scratch"
 
 
 def test_checkpoints_describe_the_size_they_are_evaluated_at():
