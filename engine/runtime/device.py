@@ -424,12 +424,15 @@ def float_status_ops() -> tuple:
     return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
 
 
-def init_distributed(ms: Any, device: str) -> tuple[int, int]:
+def init_distributed(ms: Any, device: str, parallel_context: bool = True) -> tuple[int, int]:
     """Initialise collectives (HCCL on Ascend, NCCL on GPU, mccl on CPU) for data parallel.
 
     Must run under a launcher (msrun, or a rank table on Ascend); MindSpore's own error
     is replaced by one that names the launch scripts. Ranks other than 0 stop writing the
     run folder's log file (their console output is the launcher's per-rank log).
+    ``parallel_context``: also set the static-graph auto-parallel context (data parallel,
+    gradient mean) that ``Model.train`` compiles under; msdet's jit loop does without it
+    (its training step all-reduces the gradients itself, ``engine.training.step``).
     """
     from mindspore.communication import get_group_size, get_rank, init
 
@@ -442,16 +445,25 @@ def init_distributed(ms: Any, device: str) -> tuple[int, int]:
             f"MindSpore said: {err}"
         ) from err
     rank, world = get_rank(), get_group_size()
-    ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(
-        parallel_mode=ms.ParallelMode.DATA_PARALLEL,
-        gradients_mean=True,
-        device_num=world,
-    )
+    if parallel_context:
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(
+            parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+            gradients_mean=True,
+            device_num=world,
+        )
     if rank != 0:
         close_file_logs()
     log.info("data parallel: rank %d of %d (pid %d, %s)", rank, world, os.getpid(), device)
     return rank, world
+
+
+def world_group() -> str:
+    """The collective group of all ranks (:func:`init_distributed` set it up): the group
+    msdet's jit loop all-reduces gradients over."""
+    from mindspore.communication import GlobalComm
+
+    return GlobalComm.WORLD_COMM_GROUP
 
 
 def close_file_logs() -> None:

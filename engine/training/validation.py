@@ -26,6 +26,7 @@ from msdet.engine.evaluation.detections import detections_in_image
 from msdet.engine.evaluation.loop import RankGather, evaluate_on_dataset
 from msdet.engine.evaluation.plots import FILES as PLOT_FILES
 from msdet.engine.evaluation.plots import plot_val_predictions
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA
 from msdet.models.inference import InferenceNet, build_nms
@@ -64,6 +65,12 @@ class TrainingEvaluation:
             kernels=rt.kernels,
             max_boxes=rt.nms_max_boxes,
         )
+        if rt.loop == "jit":
+            # PyNative mode would run evaluation operator by operator: compile it as the
+            # training step is (graph mode compiles it whole, the same kernels).
+            self.detector = ms.jit(self.detector)
+            if isinstance(self.nms, nn.Cell):
+                self.nms = ms.jit(self.nms)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )
@@ -91,7 +98,7 @@ class TrainingEvaluation:
         for param in self.eval_net.get_parameters():
             value = weights[param.name]
             value = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
-            param.set_data(ms.Tensor(value, dtype=param.dtype))
+            write_parameter(param, value)
 
     def _run(self, out_dir: str, verbose: bool) -> dict[str, Any] | None:
         """Metrics on rank 0; None on the other ranks.
