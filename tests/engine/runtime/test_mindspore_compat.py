@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
+import mindspore as ms
 import pytest
+from mindspore import Parameter, nn
 
 from msdet.engine.runtime import mindspore_compat as compat
 from tests.support import run_python
@@ -64,14 +66,9 @@ def test_mindir_user_info_is_written_whichever_way_protobuf_presents_it():
     assert entries == {"msdet_export": '{"model": "yolox_nano"}', "other": "x"}
 
 
-JIT_READS_HOST_WRITES = """
-import mindspore as ms
-from mindspore import Parameter, nn
-from msdet.engine.runtime.mindspore_compat import write_parameter
+class ReadsSwitch(nn.Cell):
+    """x + a Parameter the host writes (as the loss's L1 switch)."""
 
-ms.set_context(mode=ms.PYNATIVE_MODE)
-
-class Reads(nn.Cell):
     def __init__(self):
         super().__init__()
         self.switch = Parameter(ms.Tensor(0.0, ms.float32), name="switch", requires_grad=False)
@@ -79,7 +76,14 @@ class Reads(nn.Cell):
     def construct(self, x):
         return x + self.switch
 
-cell = Reads()
+
+JIT_READS_HOST_WRITES = """
+import mindspore as ms
+from msdet.engine.runtime.mindspore_compat import write_parameter
+from tests.engine.runtime.test_mindspore_compat import ReadsSwitch
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+cell = ReadsSwitch()
 step = ms.jit(cell)
 seen = []
 for value in (0.0, 1.0, 5.0):
