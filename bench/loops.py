@@ -52,7 +52,9 @@ def build_steps(cfg, rt, steps: int, num_classes: int) -> dict:
         net = build_model(cfg.model, num_classes, rt.kernels)
         loss = YOLOXLoss(num_classes, kernels=rt.kernels)
         lrs = yolox_lr_schedule(0.01, 2 * steps + 10, 1, 0, 0)
-        variant = dataclasses.replace(rt, loop=loop, mode="graph" if loop == "model" else "pynative")
+        variant = dataclasses.replace(
+            rt, loop=loop, mode="graph" if loop == "model" else "pynative"
+        )
         step = train_py_step(net, loss, lrs, cfg, variant)
         built[loop] = step if loop == "model" else compiled_step(step)
     return built

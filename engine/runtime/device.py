@@ -380,6 +380,28 @@ def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tup
     return level, backend
 
 
+def jit_loop_level(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
+    """(jit level, how MindSpore runs it) for msdet's jit loop, whose graphs
+    ``mindspore.jit`` compiles: O0 unless O1 is configured; kernel by kernel, except on the
+    Atlas training series under MindSpore before 2.9, where ``mindspore.jit`` defaulted to
+    GE (the r2.8.0 and r2.11.0 ``mindspore.jit`` pages). O2 (GE's whole-graph sink) is
+    ``Model.train``'s: refused with a message saying so."""
+    from msdet.engine.runtime import mindspore_compat
+
+    if configured == "O2":
+        raise ValueError(
+            "runtime.jit_level=O2 (GE's whole-graph sink) goes with runtime.loop=model: "
+            "mindspore.jit compiles for MindSpore's own backend at O0 or O1 (GE is "
+            "deprecated since MindSpore 2.9)"
+        )
+    level = configured or "O0"
+    version = mindspore_compat.installed_version() or mindspore_compat.TESTED
+    old_default = mindspore_compat.parse_version(version) < (2, 9, 0)
+    if chip is not None and chip.default_jit_level == "O2" and old_default:
+        return level, "GE graph sink"
+    return level, "kernel by kernel"
+
+
 def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> str | None:
     """Check ``NMSWithMask`` on this device before msdet relies on it: one image of
     ``max_boxes`` candidates through :class:`~msdet.ops.nms.BatchedNMS` on the device and

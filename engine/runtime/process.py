@@ -143,7 +143,10 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
             if problem:
                 log.warning("%s: NMS runs on the host", problem)
                 host_nms = True
-    level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
+    if loop == "jit":
+        level, backend = dev.jit_loop_level(cfg.jit_level or jit_level, chip)
+    else:
+        level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))

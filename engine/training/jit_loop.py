@@ -53,18 +53,18 @@ class CallbackParams(dict):
         self[name] = value
 
 
-def compiled_step(train_step: ms.nn.Cell):
-    """``train_step``'s ``construct`` compiled by ``mindspore.jit``: one graph per input
-    shapes and Cell phase (``engine.multiscale`` gives each training size its own phase),
-    compiled on the first call that needs it."""
-    return ms.jit(train_step)
+def compiled_step(train_step: ms.nn.Cell, jit_level: str = "O0"):
+    """``train_step``'s ``construct`` compiled by ``mindspore.jit`` at ``jit_level``
+    (``Runtime.jit_level``): one graph per input shapes and Cell phase (``engine.multiscale``
+    gives each training size its own phase), compiled on the first call that needs it."""
+    return ms.jit(train_step, jit_level=jit_level)
 
 
-def jit_compiled_cell(cell: ms.nn.Cell) -> ms.nn.Cell:
+def jit_compiled_cell(cell: ms.nn.Cell, jit_level: str = "O0") -> ms.nn.Cell:
     """``cell`` with its ``construct`` compiled by ``mindspore.jit`` (the graph
-    :func:`compiled_step` gives), for code that calls the Cell itself in PyNative mode (the
-    self-test); its Parameters and attributes stay where they were."""
-    cell.construct = ms.jit(cell.construct)
+    :func:`compiled_step` gives), for code that calls the Cell itself in PyNative mode
+    (evaluation, the self-test); its Parameters and attributes stay where they were."""
+    cell.construct = ms.jit(cell.construct, jit_level=jit_level)
     return cell
 
 
@@ -83,11 +83,11 @@ class JitTrainLoop:
     ``mindspore.jit`` over ``dataset`` for epochs ``initial_epoch + 1 .. epochs``, calling
     ``callbacks`` as ``Model.train(epochs, dataset, callbacks, dataset_sink_mode=False,
     initial_epoch=initial_epoch)`` does. ``world_size``: ranks, for the callbacks'
-    ``device_number``."""
+    ``device_number``; ``jit_level``: ``Runtime.jit_level``."""
 
-    def __init__(self, train_step: ms.nn.Cell, world_size: int = 1):
+    def __init__(self, train_step: ms.nn.Cell, world_size: int = 1, jit_level: str = "O0"):
         self.train_step = train_step
-        self.step = compiled_step(train_step)
+        self.step = compiled_step(train_step, jit_level)
         self.world_size = int(world_size)
         self.graphs: dict[tuple, float] = {}  # (phase, input shapes) -> first call's seconds
 

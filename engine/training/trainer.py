@@ -175,7 +175,7 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
     started = time.time()
     try:
         if rt.loop == "jit":
-            JitTrainLoop(train_step, rt.world_size).train(
+            JitTrainLoop(train_step, rt.world_size, rt.jit_level).train(
                 plan.epochs, dataset, callbacks, initial_epoch=start_epoch
             )
         else:

@@ -16,7 +16,6 @@ import shutil
 from typing import Any
 
 import cv2
-import mindspore as ms
 import numpy as np
 from mindspore import nn
 
@@ -29,6 +28,7 @@ from msdet.engine.evaluation.plots import plot_val_predictions
 from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA
+from msdet.engine.training.jit_loop import jit_compiled_cell
 from msdet.models.inference import InferenceNet, build_nms
 from msdet.models.weights import network_weights, read_checkpoint
 from msdet.models.yolox import build_model
@@ -68,9 +68,9 @@ class TrainingEvaluation:
         if rt.loop == "jit":
             # PyNative mode would run evaluation operator by operator: compile it as the
             # training step is (graph mode compiles it whole, the same kernels).
-            self.detector = ms.jit(self.detector)
+            self.detector = jit_compiled_cell(self.detector, rt.jit_level)
             if isinstance(self.nms, nn.Cell):
-                self.nms = ms.jit(self.nms)
+                self.nms = jit_compiled_cell(self.nms, rt.jit_level)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )

@@ -261,7 +261,7 @@ def as_called(cell: Any, rt: Any) -> Any:
         return cell
     from msdet.engine.training.jit_loop import jit_compiled_cell
 
-    return jit_compiled_cell(cell)
+    return jit_compiled_cell(cell, rt.jit_level)
 
 
 def one_step(step: Any, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:

@@ -112,3 +112,20 @@ def test_the_jit_loop_calls_the_callbacks_as_model_train_does():
     assert steps[0][7] == [[2, 2], [2, 1], [2, 1]] and steps[0][8] > 0
     # MindSpore's own LossMonitor prints the same lines under both drivers.
     assert jit_printed == model_printed and len(model_printed) == 5
+
+
+def test_jit_loop_level_and_backend(monkeypatch):
+    from msdet.engine.runtime import mindspore_compat
+    from msdet.engine.runtime.device import chip_profile, jit_loop_level
+
+    assert jit_loop_level(None, None) == ("O0", "kernel by kernel")
+    assert jit_loop_level("O1", None) == ("O1", "kernel by kernel")
+    with pytest.raises(ValueError, match="runtime.jit_level=O2 .* runtime.loop=model"):
+        jit_loop_level("O2", None)
+    atlas = chip_profile("Ascend910A", True, False, None)  # Model.train's default there: GE
+    a2 = chip_profile("Ascend910B1", False, True, None)
+    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.9.0")
+    assert jit_loop_level(None, atlas) == ("O0", "kernel by kernel")
+    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.8.0")
+    assert jit_loop_level(None, atlas) == ("O0", "GE graph sink")
+    assert jit_loop_level(None, a2) == ("O0", "kernel by kernel")
