@@ -7,6 +7,7 @@ same checkpoints and records, and a checkpoint of either loop resumes on the oth
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -134,7 +135,12 @@ def assert_same_checkpoint(a, b) -> None:
 
 
 def untimed(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k not in TIMED} for row in rows]
+    """The rows without the clock's figures, NaN (no evaluation that epoch) as None."""
+    return [
+        {k: None if isinstance(v, float) and math.isnan(v) else v
+         for k, v in row.items() if k not in TIMED}  # fmt: skip
+        for row in rows
+    ]
 
 
 @pytest.fixture(scope="module")
