@@ -137,8 +137,11 @@ def assert_same_checkpoint(a, b) -> None:
 def untimed(rows: list[dict]) -> list[dict]:
     """The rows without the clock's figures, NaN (no evaluation that epoch) as None."""
     return [
-        {k: None if isinstance(v, float) and math.isnan(v) else v
-         for k, v in row.items() if k not in TIMED}  # fmt: skip
+        {
+            k: None if isinstance(v, float) and math.isnan(v) else v
+            for k, v in row.items()
+            if k not in TIMED
+        }
         for row in rows
     ]
 
