@@ -255,10 +255,11 @@ def test_tiny_selftest_on_cpu_passes_and_skips_what_needs_a_card(tmp_path):
 @pytest.mark.slow
 def test_the_selftest_runs_the_jit_loops_step_on_cpu(tmp_path):
     """runtime.loop=jit: the training step called through mindspore.jit in PyNative mode
-    against the host's step, an injected overflow skipped, a checkpoint restored; sinking
-    skipped with the loop's reason."""
+    against the host's step (equal: update_norm_rel_error 0 on the AMD EPYC), a checkpoint
+    restored; sinking skipped with the loop's reason. (``overflow`` passed too, measured;
+    its O2 graph would double this test's compile time.)"""
     done, report = run_selftest(
-        tmp_path, "--size", "64", "--only", "step,overflow,sink,checkpoint",
+        tmp_path, "--size", "64", "--only", "step,sink,checkpoint",
         "runtime.device=CPU", "runtime.loop=jit")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert report["environment"]["loop"] == "jit" and report["environment"]["mode"] == "pynative"
@@ -266,6 +267,4 @@ def test_the_selftest_runs_the_jit_loops_step_on_cpu(tmp_path):
     assert "runtime.loop=jit" in checks["data sinking (sink_size > 1)"]["note"]
     step = checks["training step O0: losses, update"]
     assert step["status"] == "passed" and step["figures"]["update_norm"] > 0
-    assert checks["injected overflow at O2"]["status"] == "passed"
-    assert checks["injected overflow at O2"]["figures"]["weights_moved"] == []
     assert checks["checkpoint saved and restored on the device"]["status"] == "passed"
