@@ -1,4 +1,5 @@
-# msdet on CPU, the default image: Python 3.11 and the pinned requirements.txt.
+# msdet on CPU, the default image: Python 3.11, requirements.txt and MindSpore
+# MINDSPORE_VERSION (2.10.0, the tested one; requirements.txt allows 2.7-2.10).
 #
 #   docker build -t msdet:cpu .
 #   scripts/docker_run.sh [train.py overrides ...]      (or: docker run --rm msdet:cpu)
@@ -6,6 +7,7 @@
 # The Ascend image is Dockerfile.ascend. The build context is filtered by .dockerignore.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
+ARG MINDSPORE_VERSION=2.10.0
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -25,7 +27,7 @@ RUN apt-get update \
 WORKDIR /workspace
 # Requirements first: the dependency layer is rebuilt only when requirements.txt changes.
 COPY requirements.txt ./
-RUN python -m pip install --no-cache-dir -r requirements.txt
+RUN python -m pip install --no-cache-dir -r requirements.txt "mindspore==${MINDSPORE_VERSION}"
 
 RUN useradd --create-home --uid 1000 --shell /bin/bash msdet \
     && mkdir -p /workspace/runs /workspace/.cache/msdet \

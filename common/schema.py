@@ -289,6 +289,7 @@ SCHEMA: dict[str, Spec] = {
     # runtime
     "runtime.device": Spec("choice", choices=("auto", "CPU", "GPU", "Ascend")),
     "runtime.mode": Spec("choice", choices=("graph", "pynative")),
+    "runtime.loop": Spec("choice", choices=("model", "jit")),
     "runtime.seed": INT_COUNT,
     "runtime.amp": Spec("choice", choices=("auto", "O0", "O1", "O2", "O3")),
     "runtime.loss_scale": Spec("float", above=0),

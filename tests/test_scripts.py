@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from msdet.engine.runtime.mindspore_compat import FIRST_UNSUPPORTED, OLDEST, TESTED
 from tests.support import ROOT as REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
@@ -314,7 +315,11 @@ def test_dockerfile_copies_existing_files_and_installs_the_pinned_requirements(d
     installs = [args for op, args in steps if op == "RUN" and "pip install" in args]
     # The dependencies in a layer of their own, then msdet itself over the copied source.
     assert len(installs) == 2
-    assert installs[0].endswith("pip install --no-cache-dir -r requirements.txt"), installs[0]
+    assert installs[0].endswith(
+        'pip install --no-cache-dir -r requirements.txt "mindspore==${MINDSPORE_VERSION}"'
+    ), installs[0]
+    pinned = [a for op, a in steps if op == "ARG" and a.startswith("MINDSPORE_VERSION=")]
+    assert pinned == [f"MINDSPORE_VERSION={TESTED}"]  # the version the suite runs on
     assert installs[1].endswith("pip install --no-cache-dir --no-deps -e ."), installs[1]
     assert [op for op, _ in steps].index("COPY") < [s for s in steps].index(("RUN", installs[1]))
     assert steps[-1] == ("CMD", '["python", "train.py"]')
@@ -322,13 +327,16 @@ def test_dockerfile_copies_existing_files_and_installs_the_pinned_requirements(d
     assert users and users[-1] not in ("0", "root"), "the image must end as a non-root user"
 
 
-def test_requirements_are_pinned_for_the_images():
+def test_requirements_bound_every_package_and_pin_the_tested_mindspore_for_tests():
     reqs = [
         ln.split("#")[0].strip()
         for ln in (ROOT / "requirements.txt").read_text().splitlines()
         if ln.split("#")[0].strip()
     ]
-    assert "mindspore==2.10.0" in reqs
+    assert "mindspore>=2.7,<2.11" in reqs  # mindspore_compat's supported range
+    assert (OLDEST, FIRST_UNSUPPORTED) == ((2, 7), (2, 11))
+    dev = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert f"mindspore=={TESTED}" in dev and TESTED == "2.10.0"
     assert any(r.startswith("numpy") and "<2" in r for r in reqs)
     assert all(re.search(r"(==|<|>=)", r) for r in reqs), reqs  # nothing floats freely
 

@@ -1,7 +1,7 @@
 """Environment check: ``msdet doctor`` (``python -m msdet.tools.doctor``).
 
-Prints the MindSpore version, the device targets usable here, the Ascend driver and CANN
-versions when present (found from ``ASCEND_HOME_PATH`` as CANN's ``set_env.sh`` sets it, or
+Prints the MindSpore version and the CANN (and driver) it pairs with, whether msdet supports
+it, the device targets usable here, the Ascend driver and CANN versions when present (found from ``ASCEND_HOME_PATH`` as CANN's ``set_env.sh`` sets it, or
 CANN's default root), whether that CANN is the one MindSpore's bundled kernels were built
 with, numpy/OpenCV versions, whether the CPU oneDNN fix is active, msdet's
 compiled CPU kernels (the compiler, whether the library for this CPU is built, which kernels
@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from msdet.engine.runtime import mindspore_compat
 from msdet.engine.runtime.device import (
     ONEDNN_ISA_VALUE,
     ONEDNN_ISA_VAR,
@@ -30,22 +31,8 @@ from msdet.engine.runtime.device import (
     configure_process_env,
 )
 
-REQUIRED_MINDSPORE = "2.10.0"
-# MindSpore -> (CANN, Ascend driver/firmware or None where no pairing is published), as
-# published with MindSpore Transformers' installation guides (mindspore.cn/mindformers).
-# 2.10.0: the CANN its wheel's own Ascend C kernels were built with
-# (lib/plugin/ascend/custom_ascendc_910b/version.info: custom_opp_compiler_version=9.1.0;
-# it accepts CANN 8.2-9.1, run_check/_check_version.py); no driver pairing found published.
-# Versions not listed: see mindspore.cn/install.
-KNOWN_MATRIX: dict[str, tuple[str, str | None]] = {
-    "2.10.0": ("9.1", None),
-    "2.9.0": ("9.0.0", "26.0.RC1"),
-    "2.7.2": ("8.5.0", "25.5.0"),
-    "2.7.1": ("8.3.RC1", "25.3.RC1"),
-    "2.7.0": ("8.2.RC1", "25.2.0"),
-    "2.6.0": ("8.1.RC1", "25.0.RC1"),
-    "2.4.10": ("8.0.0", "24.1.0"),
-}
+# The MindSpore/CANN/driver pairings live with the rest of msdet's version knowledge.
+KNOWN_MATRIX = mindspore_compat.CANN_PAIRINGS
 DEFAULT_ASCEND_ROOT = "/usr/local/Ascend"
 # Where MindSpore keeps the CANN version its bundled Ascend C kernels (AllFinite among them)
 # were built with, relative to its package folder.
@@ -114,12 +101,18 @@ def check_mindspore(report: Report) -> list[str]:
     ms_v = package_version("mindspore")
     report.fact("mindspore", ms_v or "missing")
     if ms_v is None:
-        report.problems.append(f"MindSpore is missing: pip install mindspore=={REQUIRED_MINDSPORE}")
-        return []
-    if ms_v != REQUIRED_MINDSPORE:
         report.problems.append(
-            f"msdet is tested with mindspore=={REQUIRED_MINDSPORE}, found {ms_v}"
+            f"MindSpore is missing: pip install mindspore=={mindspore_compat.TESTED}"
         )
+        return []
+    report.fact("pairs with", pairing_text(ms_v))
+    if not mindspore_compat.supported(ms_v):
+        report.problems.append(
+            f"{mindspore_compat.support_note(ms_v)}: pip install -r requirements.txt "
+            f"(the tests run on mindspore=={mindspore_compat.TESTED})"
+        )
+    elif ms_v != mindspore_compat.TESTED:
+        report.notes.append(mindspore_compat.support_note(ms_v))
     configure_process_env("CPU")
     usable = []
     try:
@@ -148,6 +141,15 @@ def check_mindspore(report: Report) -> list[str]:
             report.notes.append(f"{target} check failed: {err}")
     report.fact("devices usable", ", ".join(usable) or "none")
     return usable
+
+
+def pairing_text(ms_version: str) -> str:
+    """The CANN (and driver) published for this MindSpore, for one line of the report."""
+    pairing = mindspore_compat.cann_pairing(ms_version)
+    if pairing is None:
+        return "no CANN pairing recorded (see https://www.mindspore.cn/install)"
+    cann, driver = pairing
+    return f"CANN {cann}" + (f", driver {driver}" if driver else "")
 
 
 def ascend_paths(env: dict[str, str] | None = None) -> tuple[str, str]:
@@ -230,7 +232,7 @@ def check_ascend(report: Report, ms_version: str | None, env: dict[str, str] | N
             f"no CANN toolkit version under {toolkit} (compiler/version.info): source "
             "<CANN>/set_env.sh, which sets ASCEND_HOME_PATH"
         )
-    expected = KNOWN_MATRIX.get(ms_version or "")
+    expected = mindspore_compat.cann_pairing(ms_version) if ms_version else None
     if expected is None:
         report.notes.append(
             f"no CANN/driver pairing recorded for MindSpore {ms_version}; check "

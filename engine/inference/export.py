@@ -31,6 +31,7 @@ from msdet.engine.inference.exported import (
     weights_format,
 )
 from msdet.engine.inference.onnx_graph import OnnxEditError, label_onnx_model
+from msdet.engine.runtime.mindspore_compat import set_mindir_user_info
 
 log = logging.getLogger("export")
 
@@ -76,7 +77,7 @@ def export_network(
     if info is not None and fmt == "MINDIR":
 
         def describe(model: Any) -> None:
-            model.user_info[METADATA_KEY] = info.to_json()
+            set_mindir_user_info(model, METADATA_KEY, info.to_json())
 
         extra["custom_func"] = describe
     try:

@@ -380,6 +380,28 @@ def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tup
     return level, backend
 
 
+def jit_loop_level(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
+    """(jit level, how MindSpore runs it) for msdet's jit loop, whose graphs
+    ``mindspore.jit`` compiles: O0 unless O1 is configured; kernel by kernel, except on the
+    Atlas training series under MindSpore before 2.9, where ``mindspore.jit`` defaulted to
+    GE (the r2.8.0 and r2.11.0 ``mindspore.jit`` pages). O2 (GE's whole-graph sink) is
+    ``Model.train``'s: refused with a message saying so."""
+    from msdet.engine.runtime import mindspore_compat
+
+    if configured == "O2":
+        raise ValueError(
+            "runtime.jit_level=O2 (GE's whole-graph sink) goes with runtime.loop=model: "
+            "mindspore.jit compiles for MindSpore's own backend at O0 or O1 (GE is "
+            "deprecated since MindSpore 2.9)"
+        )
+    level = configured or "O0"
+    version = mindspore_compat.installed_version() or mindspore_compat.TESTED
+    old_default = mindspore_compat.parse_version(version) < (2, 9, 0)
+    if chip is not None and chip.default_jit_level == "O2" and old_default:
+        return level, "GE graph sink"
+    return level, "kernel by kernel"
+
+
 def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> str | None:
     """Check ``NMSWithMask`` on this device before msdet relies on it: one image of
     ``max_boxes`` candidates through :class:`~msdet.ops.nms.BatchedNMS` on the device and
@@ -424,12 +446,15 @@ def float_status_ops() -> tuple:
     return NPUClearFloatStatusV2(), NPUGetFloatStatusV2()
 
 
-def init_distributed(ms: Any, device: str) -> tuple[int, int]:
+def init_distributed(ms: Any, device: str, parallel_context: bool = True) -> tuple[int, int]:
     """Initialise collectives (HCCL on Ascend, NCCL on GPU, mccl on CPU) for data parallel.
 
     Must run under a launcher (msrun, or a rank table on Ascend); MindSpore's own error
     is replaced by one that names the launch scripts. Ranks other than 0 stop writing the
     run folder's log file (their console output is the launcher's per-rank log).
+    ``parallel_context``: also set the static-graph auto-parallel context (data parallel,
+    gradient mean) that ``Model.train`` compiles under; msdet's jit loop does without it
+    (its training step all-reduces the gradients itself, ``engine.training.step``).
     """
     from mindspore.communication import get_group_size, get_rank, init
 
@@ -442,16 +467,25 @@ def init_distributed(ms: Any, device: str) -> tuple[int, int]:
             f"MindSpore said: {err}"
         ) from err
     rank, world = get_rank(), get_group_size()
-    ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(
-        parallel_mode=ms.ParallelMode.DATA_PARALLEL,
-        gradients_mean=True,
-        device_num=world,
-    )
+    if parallel_context:
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(
+            parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+            gradients_mean=True,
+            device_num=world,
+        )
     if rank != 0:
         close_file_logs()
     log.info("data parallel: rank %d of %d (pid %d, %s)", rank, world, os.getpid(), device)
     return rank, world
+
+
+def world_group() -> str:
+    """The collective group of all ranks (:func:`init_distributed` set it up): the group
+    msdet's jit loop all-reduces gradients over."""
+    from mindspore.communication import GlobalComm
+
+    return GlobalComm.WORLD_COMM_GROUP
 
 
 def close_file_logs() -> None:

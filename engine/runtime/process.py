@@ -22,6 +22,9 @@ from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 log = logging.getLogger(__name__)
 
 MODES = ("graph", "pynative")
+# Who drives the training steps: MindSpore's ``Model.train`` in ``runtime.mode``, or msdet's
+# own loop in PyNative mode with the step compiled by ``mindspore.jit`` (engine.training.jit_loop).
+LOOPS = ("model", "jit")
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class Runtime:
     """What the rest of msdet needs to know about where it runs."""
 
     device: str  # "CPU" | "GPU" | "Ascend"
-    mode: str  # "graph" | "pynative"
+    mode: str  # "graph" | "pynative": MindSpore's execution mode (PyNative under loop "jit")
     amp_level: str  # "O0" .. "O3", resolved from "auto"
     sink: bool  # dataset sink mode requested (real only on Ascend/GPU)
     sink_size: int
@@ -48,6 +51,7 @@ class Runtime:
     jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
     backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
     kernels: CpuKernels = NATIVE  # msdet's compiled CPU kernels the builders take
+    loop: str = "model"  # "model": Model.train | "jit": msdet's loop around a mindspore.jit step
 
     @property
     def is_main(self) -> bool:
@@ -60,8 +64,9 @@ class Runtime:
 
     @property
     def sink_effective(self) -> bool:
-        """Whether MindSpore will really sink data (it silently falls back on CPU)."""
-        return self.sink and self.device != "CPU"
+        """Whether MindSpore will really sink data (it silently falls back on CPU; msdet's
+        jit loop feeds every step from the host)."""
+        return self.sink and self.device != "CPU" and self.loop == "model"
 
     @property
     def uses_dynamic_loss_scale(self) -> bool:
@@ -88,12 +93,15 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
     threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
-    compile_cache, precision_mode).
+    compile_cache, precision_mode, loop).
     ``cfg.compile_cache`` is the trainer's to apply: its key needs the data's class count.
+    ``loop=jit`` runs MindSpore in PyNative mode (the training step compiles through
+    ``mindspore.jit``) and sets up ranks without the static-graph auto-parallel context.
     """
     device = dev.resolve_device(cfg.device)
     if cfg.mode not in MODES:
         raise ValueError(f"runtime.mode must be one of {MODES}, got {cfg.mode!r}")
+    loop = check_loop(cfg.get("loop", "model"), cfg.mode)
     dev.check_launcher(bool(cfg.distributed))
     changed = dev.configure_process_env(device)
     graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
@@ -112,7 +120,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     card = dev.device_id(device)
     ms.set_device(device, card)
-    context: dict[str, Any] = {"mode": ms.GRAPH_MODE if cfg.mode == "graph" else ms.PYNATIVE_MODE}
+    mode = "pynative" if loop == "jit" else cfg.mode
+    context: dict[str, Any] = {"mode": ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE}
     if jit_level:
         context["jit_config"] = {"jit_level": jit_level}
     ms.set_context(**context)
@@ -124,7 +133,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     rank, world = 0, 1
     if cfg.distributed:
-        rank, world = dev.init_distributed(ms, device)
+        rank, world = dev.init_distributed(ms, device, parallel_context=loop == "model")
     sync_bn = dev.resolve_sync_bn(bool(cfg.sync_bn), device, world)
     chip = dev.ascend_chip() if device == "Ascend" else None
     precision, host_nms = None, chip is not None and chip.host_nms
@@ -141,16 +150,22 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
             if problem:
                 log.warning("%s: NMS runs on the host", problem)
                 host_nms = True
-    level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
+    if loop == "jit":
+        level, backend = dev.jit_loop_level(cfg.jit_level or jit_level, chip)
+    else:
+        level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = dev.resolve_amp(cfg.amp, device)
     kernels = dev.setup_cpu_kernels(str(cfg.cpu_kernels), device, amp_level, threads)
+    from msdet.ops import aot  # imports MindSpore
+
+    aot.build_for_jit(loop == "jit")  # in-place kernels then run inside mindspore.jit graphs
 
     rt = Runtime(
         device=device,
-        mode=cfg.mode,
+        mode=mode,
         amp_level=amp_level,
         sink=dev.resolve_sink(cfg.sink, device),
         sink_size=int(cfg.sink_size),
@@ -169,6 +184,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         jit_level=level,
         backend=backend,
         kernels=kernels,
+        loop=loop,
     )
     if changed.get(dev.ONEDNN_ISA_VAR):
         log.info(
@@ -177,3 +193,18 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     if fusion_flags:
         log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)
     return rt
+
+
+def check_loop(loop: Any, mode: str) -> str:
+    """``runtime.loop`` checked: one of :data:`LOOPS`; ``jit`` compiles the step, so it does
+    not go with ``runtime.mode=pynative`` (op by op, ``Model.train``'s debugging mode)."""
+    loop = str(loop)
+    if loop not in LOOPS:
+        raise ValueError(f"runtime.loop must be one of {LOOPS}, got {loop!r}")
+    if loop == "jit" and mode != "graph":
+        raise ValueError(
+            "runtime.loop=jit runs PyNative mode with the training step compiled by "
+            f"mindspore.jit; runtime.mode={mode} (every operator on its own) goes with "
+            "runtime.loop=model only"
+        )
+    return loop

@@ -29,6 +29,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoint_files import BEST, LAST, PARTIAL, epoch_files
 from msdet.engine.training.ema import EMA_BUFFER, ModelEMA
 from msdet.engine.training.step import ACCUMULATE_PREFIX
@@ -229,7 +230,7 @@ def restore_training_state(
         )
         for param in train_cell.get_parameters():
             if param.name == GLOBAL_STEP:
-                param.set_data(ms.Tensor(np.full(param.shape, step), param.dtype))
+                write_parameter(param, np.full(param.shape, step))
     return ResumeState(
         path=path,
         epoch=epoch,

@@ -248,6 +248,17 @@ class MultiScaleSchedule(Callback):
             return
         seconds = compile_graph(network, inputs) if self.compile_graphs else 0.0
         self.compiled[key] = seconds
+        if not self.compile_graphs:  # compiled by the step that first runs it, if at all
+            log.info(
+                "training at %dx%d%s from step %d (%d size%s so far)",
+                size[0],
+                size[1],
+                "" if rows is None else f", {rows} target rows",
+                step + 1,
+                len(self.compiled),
+                "" if len(self.compiled) == 1 else "s",
+            )
+            return
         log.info(
             "training graph for %dx%d%s compiled in %.1f s (step %d; %d graph%s, %.1f s in all)",
             size[0],
@@ -261,9 +272,13 @@ class MultiScaleSchedule(Callback):
         )
 
     def on_train_end(self, run_context):
+        per_size = ", ".join(f"{h}x{w}: {n}" for (h, w), n in sorted(self.sizes_used.items()))
+        if not self.compile_graphs:
+            log.info("training sizes: %d; steps per size: %s", len(self.compiled), per_size)
+            return
         log.info(
             "training graphs: %d compiled in %.1f s; steps per size: %s",
             len(self.compiled),
             self.compile_seconds,
-            ", ".join(f"{h}x{w}: {n}" for (h, w), n in sorted(self.sizes_used.items())),
+            per_size,
         )

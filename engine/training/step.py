@@ -53,7 +53,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
-from msdet.engine.runtime.device import float_status_ops
+from msdet.engine.runtime.device import float_status_ops, world_group
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.ema import ModelEMA, flat_value
 from msdet.engine.training.multiscale import (
@@ -95,7 +95,9 @@ def build_train_step(
     optimizer = build_optimizer(net, lrs, tcfg, rt.kernels)
     ema = ModelEMA(net, float(tcfg.ema_decay), rt.kernels.library_for("ema")) if tcfg.ema else None
     reducer = None
-    if rt.distributed:
+    if rt.distributed and rt.loop == "jit":
+        reducer = GradientMean(rt.world_size, world_group())
+    elif rt.distributed:
         reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=rt.world_size)
     scale = float(rt.loss_scale) if rt.amp_level != "O0" else 1.0
     net_with_loss = DetectorWithLoss(net, loss)
@@ -141,6 +143,34 @@ def _accumulate_one(closes, total, grad):
     value = total + grad.astype(total.dtype)
     kept = ops.select(ops.broadcast_to(closes, value.shape), ops.zeros_like(value), value)
     return ops.depend(value, ops.assign(total, kept))
+
+
+_rank_mean = ops.MultitypeFuncGraph("rank_mean")
+
+
+@_rank_mean.register("Function", "Tensor", "Tensor")
+def _rank_mean_one(allreduce, factor, grad):
+    # In float32, as MindSpore's own reducer does: a float16 sum over many ranks could overflow.
+    total = allreduce(grad.astype(ms.float32))
+    return (total * factor).astype(grad.dtype)
+
+
+class GradientMean(nn.Cell):
+    """The gradients' mean over the ranks: an all-reduce (sum) of each over ``group`` (all
+    ranks: ``engine.runtime.device.world_group``), times 1 / ranks, the arithmetic of
+    MindSpore's ``nn.DistributedGradReducer`` (so both training loops compute the same
+    update), without its reading of the static-graph auto-parallel context that msdet's jit
+    loop does not set.
+    """
+
+    def __init__(self, world_size: int, group: str):
+        super().__init__()
+        self.allreduce = ops.AllReduce(ops.ReduceOp.SUM, group)
+        self.factor = ms.Tensor(1.0 / int(world_size), ms.float32)
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads):
+        return self.hyper_map(ops.partial(_rank_mean, self.allreduce, self.factor), grads)
 
 
 def network_images(images: ms.Tensor) -> ms.Tensor:

@@ -11,7 +11,8 @@ The host never writes the statistics themselves: under ``Model.train`` a ``set_d
 Parameter that the graph also assigns was measured to detach the two (later reads saw only
 zeros). The host instead bumps ``generation``, a Parameter only it writes (as the trainer
 does with the loss's ``use_l1``), and the graph starts from zero at its first step of a new
-generation.
+generation. It writes with ``mindspore.ops.assign`` (``engine.runtime.mindspore_compat.
+write_parameter``), which a graph compiled by ``mindspore.jit`` sees too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, nn, ops
 
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.run_record import LOSS_TERMS
 
 # Layout of the statistics vector.
@@ -108,7 +110,7 @@ def read_and_reset(stats: StepStatistics) -> dict:
         v = np.zeros(SIZE)  # no step since the last read
     else:
         v = stats.stats.asnumpy().astype(np.float64)
-    stats.generation.set_data(ms.Tensor(generation + 1.0, ms.float32))
+    write_parameter(stats.generation, generation + 1.0)
     return {
         "sums": dict(zip(SUMS, v[:6].tolist())),
         "steps": int(round(v[STEPS])),

@@ -1,4 +1,5 @@
-"""Build everything a training run needs from the config, then run ``Model.train``.
+"""Build everything a training run needs from the config, then run ``Model.train`` (or,
+with ``runtime.loop=jit``, msdet's own loop: :mod:`~msdet.engine.training.jit_loop`).
 
 Reading order: :func:`run_training` is the recipe; the helpers below it are its steps.
 The step counts and LR schedule are in :mod:`~msdet.engine.training.schedule`, the training
@@ -53,6 +54,7 @@ from msdet.engine.training.fine_tuning import (
     freeze_level_code,
     prepare_fine_tuning,
 )
+from msdet.engine.training.jit_loop import JitTrainLoop, check_jit_sink
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
     MultiScaleSchedule,
@@ -194,14 +196,19 @@ def run_training(
 
     started = time.time()
     try:
-        Model(train_step).train(
-            plan.epochs * sinks_per_epoch,
-            dataset,
-            callbacks=callbacks,
-            dataset_sink_mode=rt.sink,
-            sink_size=steps_per_sink * plan.accumulate,  # MindSpore counts calls
-            initial_epoch=start_epoch * sinks_per_epoch,
-        )
+        if rt.loop == "jit":
+            JitTrainLoop(train_step, rt.world_size, rt.jit_level).train(
+                plan.epochs, dataset, callbacks, initial_epoch=start_epoch
+            )
+        else:
+            Model(train_step).train(
+                plan.epochs * sinks_per_epoch,
+                dataset,
+                callbacks=callbacks,
+                dataset_sink_mode=rt.sink,
+                sink_size=steps_per_sink * plan.accumulate,  # MindSpore counts calls
+                initial_epoch=start_epoch * sinks_per_epoch,
+            )
     except Exception:
         # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
         analysis = collect_compile_failure(rt.run_dir, started)
@@ -324,16 +331,19 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, start: Start) -> None:
             cfg.model.name,
         )
     log.info(
-        "%s%s: amp %s, %s mode, jit level %s (%s)%s",
+        "%s%s: amp %s, %s mode%s, jit level %s (%s)%s",
         rt.device,
         f" {rt.chip}" if rt.chip else "",
         rt.amp_level,
         rt.mode,
+        ", msdet's loop, the step compiled by mindspore.jit" if rt.loop == "jit" else "",
         rt.jit_level,
         rt.backend,
         ", data sink" if rt.sink_effective else "",
     )
-    if rt.sink and not rt.sink_effective:
+    if rt.loop == "jit":
+        check_jit_sink(rt)
+    elif rt.sink and not rt.sink_effective:
         log.info(
             "runtime.sink: MindSpore cannot sink data on %s and feeds each step from "
             "the host instead (same results; LossMonitor/TimeMonitor count real steps)",

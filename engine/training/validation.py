@@ -16,7 +16,6 @@ import shutil
 from typing import Any
 
 import cv2
-import mindspore as ms
 import numpy as np
 from mindspore import nn
 
@@ -27,8 +26,10 @@ from msdet.engine.evaluation.loop import RankGather, evaluate_on_dataset
 from msdet.engine.evaluation.plots import FILES as PLOT_FILES
 from msdet.engine.evaluation.plots import plot_val_predictions
 from msdet.engine.evaluation.val_loss import ValidationLoss
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA
+from msdet.engine.training.jit_loop import jit_compiled_cell
 from msdet.models.inference import InferenceNet, build_nms
 from msdet.models.weights import network_weights, read_checkpoint
 from msdet.models.yolox import build_model
@@ -66,6 +67,12 @@ class TrainingEvaluation:
             kernels=rt.kernels,
             max_boxes=rt.nms_max_boxes,
         )
+        if rt.loop == "jit":
+            # PyNative mode would run evaluation operator by operator: compile it as the
+            # training step is (graph mode compiles it whole, the same kernels).
+            self.detector = jit_compiled_cell(self.detector, rt.jit_level)
+            if isinstance(self.nms, nn.Cell):
+                self.nms = jit_compiled_cell(self.nms, rt.jit_level)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )
@@ -106,7 +113,7 @@ class TrainingEvaluation:
         for param in self.eval_net.get_parameters():
             value = weights[param.name]
             value = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
-            param.set_data(ms.Tensor(value, dtype=param.dtype))
+            write_parameter(param, value)
 
     def _run(
         self, out_dir: str, verbose: bool, val_loss: ValidationLoss | None = None

@@ -1,8 +1,9 @@
 """Entry point for the distributed end-to-end tests: ``train.py`` plus a per-rank weight dump.
 
 ``scripts/run_distributed_train.sh`` starts it on every rank (``TRAIN_ENTRY=...``). It
-runs train.py's command unchanged, except that ``mindspore.train.Model.train`` gets one
-more callback: when training ends, every rank writes its trainable parameters to
+runs train.py's command unchanged, except that ``mindspore.train.Model.train`` (and msdet's
+jit loop, ``runtime.loop=jit``) gets one more callback: when training ends, every rank writes
+its trainable parameters to
 ``<run dir>/final_weights_rank<R>.npz``, so a test can check that data parallelism kept
 the ranks identical. Production runs (train.py itself) never write these files.
 """
@@ -37,12 +38,20 @@ def _add_weight_dump() -> None:
             run_dir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("run.dir="))
             np.savez(os.path.join(run_dir, WEIGHTS_FILE.format(rank=get_rank())), **weights)
 
+    from msdet.engine.training.jit_loop import JitTrainLoop
+
     train = Model.train
 
     def train_with_dump(self, *args, callbacks=None, **kwargs):
         return train(self, *args, callbacks=[*(callbacks or []), DumpTrainable()], **kwargs)
 
     Model.train = train_with_dump
+    jit_train = JitTrainLoop.train  # runtime.loop=jit: msdet's loop, the same callbacks
+
+    def jit_train_with_dump(self, epochs, dataset, callbacks, **kwargs):
+        return jit_train(self, epochs, dataset, [*callbacks, DumpTrainable()], **kwargs)
+
+    JitTrainLoop.train = jit_train_with_dump
 
 
 if __name__ == "__main__":

@@ -232,6 +232,54 @@ def test_two_ranks_train_and_record_the_launch(two_ranks):
     assert "distributed training finished: 2 ranks" in out.stderr
 
 
+def loop_overrides() -> list[str]:
+    """TINY_DP for 2 epochs x 10 steps on 2 ranks, the L1 loss switched on for epoch 2."""
+    changed = {"data.num_train": "40", "train.no_aug_epochs": "1", "train.epochs": "2"}
+    kept = [o for o in TINY_DP if o.split("=", 1)[0] not in changed]
+    return kept + [f"{k}={v}" for k, v in changed.items()] + ["runtime.cpu_kernels=native"]
+
+
+def logged_losses(run_dir) -> list[str]:
+    """Rank 0's per-step losses as LossMonitor logged them in train.log."""
+    return re.findall(r"  step \d+/\d+  loss (\S+)", Path(run_dir, "train.log").read_text())
+
+
+@pytest.mark.slow
+def test_two_ranks_on_the_jit_loop_equal_two_ranks_on_model_train(tmp_path, cache_dir):
+    """runtime.loop=jit on 2 ranks (msdet's loop, the gradients all-reduced inside the
+    mindspore.jit step over the communication world group, no auto-parallel context)
+    against Model.train on 2 ranks: the same 20 losses and, on each rank, the same final
+    weights, bit for bit."""
+    runs = {}
+    for loop in ("model", "jit"):
+        run_dir = tmp_path / loop
+        out, seconds = launch(
+            2,
+            run_dir,
+            *loop_overrides(),
+            f"runtime.loop={loop}",
+            f"data.cache_dir={cache_dir}",
+            env=launcher_env(TRAIN_ENTRY=DP_ENTRY),
+        )
+        print(f"2-rank run, runtime.loop={loop}: {seconds:.0f} s")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        runs[loop] = run_dir
+    model, jit = logged_losses(runs["model"]), logged_losses(runs["jit"])
+    assert len(model) == 20 and jit == model
+    train_log = Path(runs["jit"], "train.log").read_text()
+    assert "msdet's loop, the step compiled by mindspore.jit" in train_log
+    assert "batch 2 x 2 ranks" in train_log
+    for rank in range(2):
+        want = np.load(runs["model"] / WEIGHTS_FILE.format(rank=rank))
+        got = np.load(runs["jit"] / WEIGHTS_FILE.format(rank=rank))
+        assert got.files == want.files and len(want.files) > 100
+        for name in want.files:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"rank {rank} {name}")
+    rank0, rank1 = (np.load(runs["jit"] / WEIGHTS_FILE.format(rank=r)) for r in range(2))
+    for name in rank0.files:
+        np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=name)
+
+
 STEP_REFERENCE = """
 import sys, numpy as np
 from hydra import compose, initialize_config_dir

@@ -13,6 +13,7 @@ def test_this_machine_is_ready(capsys):
     assert doctor.main([]) == 0
     out = capsys.readouterr().out
     assert "mindspore       2.10.0" in out and "devices usable  CPU" in out
+    assert "pairs with      CANN 9.1" in out
     assert "verdict: ready" in out
 
 
@@ -32,7 +33,31 @@ def test_numpy_2_and_wrong_mindspore_are_flagged(monkeypatch):
     report = doctor.build_report()
     text = "\n".join(report.problems)
     assert "numpy 2.1.0" in text and "numpy<2" in text
+    assert "MindSpore 2.7 to 2.10" in text and "this is 2.3.0" in text
     assert "mindspore==2.10.0" in text
+
+
+@pytest.mark.parametrize(
+    "version, pairs",
+    [
+        ("2.9.0", "CANN 9.0.0, driver 26.0.RC1"),
+        ("2.8.0", "CANN 8.5.0"),
+        ("2.7.2", "CANN 8.5.0, driver 25.5.0"),
+        ("2.7.1.post1", "CANN 8.3.RC1, driver 25.3.RC1"),
+    ],
+)
+def test_an_older_supported_mindspore_is_a_note_with_its_cann(monkeypatch, version, pairs):
+    """A cluster pinned to an older CANN runs an older MindSpore: supported, not a problem."""
+    real = doctor.package_version
+    monkeypatch.setattr(
+        doctor, "package_version", lambda name: version if name == "mindspore" else real(name)
+    )
+    report = doctor.Report()
+    doctor.check_mindspore(report)
+    assert ("mindspore", version) in report.facts
+    assert ("pairs with", pairs) in report.facts
+    assert not [p for p in report.problems if "MindSpore" in p or "mindspore" in p]
+    assert any(f"MindSpore {version}: supported" in n for n in report.notes)
 
 
 def fake_ascend(root, cann: str | None = "9.1.0", driver: str | None = "25.5.0", toolkit=None):

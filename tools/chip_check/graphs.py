@@ -12,7 +12,12 @@ listed by MindSpore's IR dump (:mod:`.ir`).
   take [N, 8] boxes, which MindSpore does not build; NMS runs on the host).
 
 Every graph is built on MindSpore's operators (no msdet CPU kernel exists on a card), at a
-small input size: the operators and their dtypes do not depend on it.
+small input size: the operators and their dtypes do not depend on it. Both training loops
+run the same step Cell (``runtime.loop=jit`` compiles it with ``mindspore.jit``), so the
+listing holds for both; what the jit loop changes is the backend on the Atlas training
+series (``engine.runtime.device.jit_loop_level``: kernel by kernel from MindSpore 2.9 on,
+where ``Model.train`` defaults to GE) and, with several ranks, the gradient mean (an
+AllReduce and a Mul either way).
 """
 
 from __future__ import annotations

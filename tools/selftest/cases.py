@@ -6,6 +6,7 @@ process of it shares: the fixed inputs, the tolerances, the comparisons, the CPU
     python -m msdet.tools.selftest --cards 8          # also 8 ranks: collectives, a step
     python -m msdet.tools.selftest --only step,eval   # some checks only
     python -m msdet.tools.selftest runtime.device=CPU # key=value: config settings
+    python -m msdet.tools.selftest runtime.loop=jit   # msdet's jit loop's way (below)
 
 Every device-only path msdet takes is run on the device and compared with the same
 computation on the host CPU, from the same weights and inputs: a child process (``--reference
@@ -28,6 +29,12 @@ equal); ``eval`` a COCO evaluation against the host's; ``export`` a MINDIR expor
 and compared; ``distributed`` (``--cards N``) an all-reduce, sharded evaluation against one
 rank's, and one training step on N ranks (gradient reducer, the all-reduced overflow flag,
 SyncBatchNorm) against one card's. Tolerances are measured figures, stated beside each check.
+
+Both training loops: with ``runtime.loop=jit`` (a setting like any other) the device side
+runs in PyNative mode and calls the training step, the forward, NMS and the evaluation
+network through ``mindspore.jit``, as ``train.py``'s jit loop does (:func:`as_called`);
+the ranks all-reduce without the auto-parallel context; ``sink`` is skipped (that loop
+feeds every step from the host).
 """
 
 from __future__ import annotations
@@ -223,7 +230,8 @@ def train_step_cell(
 ):
     """msdet's training step (SGD, EMA, loss scaling at ``amp``) on the reference weights;
     with ``sync_bn`` its BatchNorms synced over the ranks (as ``train.py`` converts them);
-    ``skip_nonfinite`` as ``runtime.check_finite`` sets it in ``train.py``."""
+    ``skip_nonfinite`` as ``runtime.check_finite`` sets it in ``train.py``; with
+    ``runtime.loop=jit`` called through ``mindspore.jit``, as that loop calls it."""
     from msdet.engine.runtime.amp import apply_amp
     from msdet.engine.training.step import build_train_step
     from msdet.models.loss import YOLOXLoss
@@ -233,7 +241,7 @@ def train_step_cell(
     net = nano(cfg, weights)
     if sync_bn:
         convert_sync_batchnorm(net)
-    return build_train_step(
+    step = build_train_step(
         apply_amp(net, rt),
         YOLOXLoss(NUM_CLASSES),
         np.full(8, 0.01, np.float32),
@@ -241,6 +249,19 @@ def train_step_cell(
         rt,
         skip_nonfinite=skip_nonfinite,
     )
+    return as_called(step, rt)
+
+
+def as_called(cell: Any, rt: Any) -> Any:
+    """``cell`` as a run with ``rt`` calls it: compiled by ``mindspore.jit`` under
+    ``runtime.loop=jit`` (PyNative mode: without it every operator would run on its own),
+    else as it is (graph mode compiles it on its first call); a host object (host NMS) as
+    it is."""
+    if getattr(rt, "loop", "model") != "jit" or not hasattr(cell, "construct"):
+        return cell
+    from msdet.engine.training.jit_loop import jit_compiled_cell
+
+    return jit_compiled_cell(cell, rt.jit_level)
 
 
 def one_step(step: Any, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:

@@ -110,6 +110,7 @@ def environment(rt: Any) -> dict[str, Any]:
         "precision_mode": rt.precision_mode,
         "amp": rt.amp_level,
         "mode": rt.mode,
+        "loop": rt.loop,
         "jit_level": rt.jit_level,
         "backend": rt.backend,
         "host_nms": rt.host_nms,

@@ -20,6 +20,7 @@ from msdet.tools.selftest.cases import (
     EVAL_DATA,
     NUM_CLASSES,
     Check,
+    as_called,
     compose_config,
     nano,
     runs_fp16,
@@ -65,14 +66,18 @@ def ground_truth(detections: list[dict], per_image: int = GT_PER_IMAGE) -> list[
     return out
 
 
-def evaluate(cfg: Any, source: Any, weights: str, nms: Any, out_dir: str) -> tuple[dict, int]:
-    """msdet's evaluation of the reference weights over ``source``: (metrics, detections)."""
+def evaluate(
+    cfg: Any, source: Any, weights: str, nms: Any, out_dir: str, rt: Any = None
+) -> tuple[dict, int]:
+    """msdet's evaluation of the reference weights over ``source``: (metrics, detections);
+    the networks called as a run with ``rt`` calls them (:func:`.cases.as_called`)."""
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
     from msdet.models.inference import InferenceNet
 
     detector = InferenceNet(nano(cfg, weights))
     detector.set_train(False)
+    detector, nms = as_called(detector, rt), as_called(nms, rt)
     dataset = build_eval_dataset(cfg.data, source, cfg.eval.img_size, EVAL_BATCH)
     metrics, _ = evaluate_on_dataset(detector, nms, dataset, source, out_dir, verbose=False)
     with open(os.path.join(out_dir, "detections.json"), encoding="utf-8") as f:
@@ -114,7 +119,7 @@ def check_evaluation(rt: Any, ref: dict, weights: str, work: str) -> Check:
     nms = build_nms(cfg.eval, NUM_CLASSES, on_host=rt.host_nms, kernels=rt.kernels,
                     max_boxes=rt.nms_max_boxes)  # fmt: skip
     started = time.perf_counter()
-    metrics, count = evaluate(cfg, truth, weights, nms, os.path.join(work, "eval_device"))
+    metrics, count = evaluate(cfg, truth, weights, nms, os.path.join(work, "eval_device"), rt)
     seconds = time.perf_counter() - started
     fp16 = runs_fp16(rt, "O0")  # the evaluation network is float32
     tol = TOL_MAP_FP16 if fp16 else TOL_MAP_FP32

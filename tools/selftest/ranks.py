@@ -29,6 +29,7 @@ from dataclasses import asdict
 import numpy as np
 
 from msdet.engine.cli import Run, run_command
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.tools.selftest.cases import (
     EVAL_DATA,
     WEIGHTS_FILE,
@@ -54,11 +55,11 @@ def distributed_step(cfg, rt, ref: dict, weights: str, gather) -> tuple[Check, C
 
     step = train_step_cell(cfg, rt, weights, rt.amp_level, sync_bn=rt.sync_bn,
                            skip_nonfinite=True)  # fmt: skip
-    step.scale.set_data(ms.Tensor(1.0, ms.float32))
+    write_parameter(step.scale, 1.0)
     terms, norm = one_step(step, ref)
     after = flat_weights(step)
     batch = [ms.Tensor(ref[k]) for k in ("images", "targets", "mask")]
-    step.scale.set_data(ms.Tensor(OVERFLOW_SCALE if rt.rank == 1 else 1.0, ms.float32))
+    write_parameter(step.scale, OVERFLOW_SCALE if rt.rank == 1 else 1.0)
     out = step(*batch)
     skipped = bool(out[8].asnumpy())
     moved = not np.array_equal(flat_weights(step), after)

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.tools.selftest.cases import (
     NMS_CANDIDATES,
     NMS_CLASSES,
@@ -65,7 +66,7 @@ def make_reference(out_dir: str, size: int) -> None:
             infer.set_train(False)
         figures[f"forward_{amp}"] = infer(ms.Tensor(batch["images"])).asnumpy().astype(np.float32)
         step = train_step_cell(cfg, cpu, weights, amp)
-        step.scale.set_data(ms.Tensor(1.0, ms.float32))  # as check_train_step does
+        write_parameter(step.scale, 1.0)  # as check_train_step does
         figures[f"loss_terms_{amp}"], figures[f"update_norm_{amp}"] = one_step(step, batch)
     from msdet.ops.nms import HostNMS
 

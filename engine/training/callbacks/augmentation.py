@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from mindspore import Tensor
-
 from msdet.data.pipeline import first_no_aug_epoch
+from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.callbacks.base import MEASURE, EpochCallback, TrainState
 
 log = logging.getLogger("train")
@@ -27,4 +26,4 @@ class NoAugSwitch(EpochCallback):
         on = epoch >= self.first_no_aug
         if on and float(self.loss_cell.use_l1.asnumpy()) == 0.0:
             log.info("epoch %d: no-augmentation epochs begin: mosaic/mixup off, L1 loss on", epoch)
-        self.loss_cell.use_l1.set_data(Tensor(1.0 if on else 0.0, self.loss_cell.use_l1.dtype))
+        write_parameter(self.loss_cell.use_l1, 1.0 if on else 0.0)

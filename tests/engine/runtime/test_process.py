@@ -26,7 +26,8 @@ try:
 except ValueError as err:
     print(json.dumps({"error": str(err)}))
     sys.exit(0)
-print(json.dumps({"device": rt.device, "mode": rt.mode, "amp": rt.amp_level, "sink": rt.sink,
+print(json.dumps({"device": rt.device, "mode": rt.mode, "loop": rt.loop, "amp": rt.amp_level,
+                  "sink": rt.sink, "jit_level": rt.jit_level, "backend": rt.backend,
                   "sink_effective": rt.sink_effective, "main": rt.is_main,
                   "distributed": rt.distributed, "dynamic": rt.uses_dynamic_loss_scale,
                   "ms_mode": ms.get_context("mode"), "PYNATIVE": ms.PYNATIVE_MODE}))
@@ -45,6 +46,16 @@ def setup_in_fresh_process(**overrides) -> dict:
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_jit_loop_runs_pynative_mode_and_never_sinks():
+    got = setup_in_fresh_process(device="CPU", loop="jit", sink=True)
+    assert got["loop"] == "jit" and got["mode"] == "pynative"
+    assert got["ms_mode"] == got["PYNATIVE"]  # the step is compiled by mindspore.jit
+    assert got["sink"] and not got["sink_effective"]
+    assert (got["jit_level"], got["backend"]) == ("O0", "kernel by kernel")
+    assert "runtime.mode=pynative" in setup_in_fresh_process(loop="jit", mode="pynative")["error"]
+    assert "runtime.loop=model" in setup_in_fresh_process(loop="jit", jit_level="O2")["error"]
 
 
 def test_setup_on_cpu_sets_mode_and_reports():

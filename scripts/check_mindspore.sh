@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Quick check of msdet on another MindSpore (the full suite runs on requirements-dev.txt's
+# pin): a venv with msdet, requirements.txt and that MindSpore, then imports, the config, the
+# doctor, the training step's tests, one tiny training run on each training loop
+# (runtime.loop=model: Model.train in graph mode; runtime.loop=jit: msdet's loop, PyNative
+# mode, the step compiled by mindspore.jit) with their step losses compared, eval.py on the
+# checkpoint, and export.py to MINDIR (its check reloads the file and compares outputs).
+#
+#   bash scripts/check_mindspore.sh 2.9          # newest 2.9.x; or an exact version: 2.7.0
+#
+# VENV (default .venv-ms<VERSION>) and PYTHON (default python3) choose the venv and the
+# interpreter that makes it. Prints the seconds each part took.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VERSION=${1:?usage: check_mindspore.sh VERSION (e.g. 2.9 or 2.7.0)}
+VENV=${VENV:-.venv-ms${VERSION}}
+PYTHON=${PYTHON:-python3}
+if [[ "${VERSION}" =~ ^[0-9]+\.[0-9]+$ ]]; then
+    SPEC="mindspore==${VERSION}.*" # the newest release of that minor version
+else
+    SPEC="mindspore==${VERSION}"
+fi
+
+started=${SECONDS}
+mark=${SECONDS}
+lap() { # lap NAME: print the seconds since the last lap
+    echo "== MindSpore ${VERSION}: $1 took $((SECONDS - mark)) s"
+    mark=${SECONDS}
+}
+
+echo "== MindSpore ${VERSION} (${SPEC}) -> ${VENV}"
+if [ ! -x "${VENV}/bin/python" ]; then
+    "${PYTHON}" -m venv "${VENV}"
+fi
+"${VENV}/bin/python" -m pip install --quiet --upgrade pip
+"${VENV}/bin/python" -m pip install --quiet -e . "${SPEC}" "pytest>=8"
+lap "install"
+
+"${VENV}/bin/python" -c "import mindspore, numpy, cv2, pycocotools, hydra, tensorboardX; print('mindspore', mindspore.__version__, 'numpy', numpy.__version__)"
+"${VENV}/bin/python" -m msdet.tools.doctor | grep -E "mindspore|pairs with|verdict"
+"${VENV}/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" \
+    tests/common/test_config.py tests/engine/training/test_step.py
+# The loops' callback protocol and the version workarounds, slow tests included.
+"${VENV}/bin/python" -m pytest -q -p no:cacheprovider -m "not torch" \
+    tests/engine/training/test_jit_loop.py tests/engine/runtime/test_mindspore_compat.py
+lap "imports, doctor and tests"
+
+run_dir=$(mktemp -d)
+trap 'rm -rf "${run_dir}"' EXIT
+step() { # step NAME COMMAND...: run a command into NAME.log, its tail shown if it fails
+    local name=$1
+    shift
+    "$@" >"${run_dir}/${name}.log" 2>&1 || { tail -n 40 "${run_dir}/${name}.log"; exit 1; }
+}
+# MindSpore's own kernels everywhere: msdet's compiled ones would be measured first (auto).
+TINY=(runtime=cpu runtime.cpu_kernels=native model.depthwise=false data.num_train=12
+    data.num_val=4 data.img_size=64 eval.img_size=64 train.img_scale=1 train.batch_size=4
+    eval.batch_size=4 train.epochs=1 train.warmup_epochs=0 train.no_aug_epochs=0
+    train.log_interval=1 "data.cache_dir=${run_dir}/cache")
+for loop in model jit; do
+    step "${loop}" "${VENV}/bin/python" train.py "${TINY[@]}" "runtime.loop=${loop}" \
+        "run.dir=${run_dir}/${loop}"
+    test -f "${run_dir}/${loop}/checkpoints/last.ckpt"
+    grep -E "^  step [0-9]+/[0-9]+  loss " "${run_dir}/${loop}.log" >"${run_dir}/${loop}.losses"
+    lap "training on runtime.loop=${loop} ($(wc -l <"${run_dir}/${loop}.losses") steps)"
+done
+# On CPU both loops run the same kernels in the same order: the losses are equal as printed.
+if ! diff "${run_dir}/model.losses" "${run_dir}/jit.losses"; then
+    echo "== MindSpore ${VERSION}: the two training loops' losses differ" >&2
+    exit 1
+fi
+test -s "${run_dir}/model.losses"
+
+ckpt="${run_dir}/jit/checkpoints/last.ckpt"
+step eval "${VENV}/bin/python" eval.py runtime=cpu runtime.cpu_kernels=native \
+    data.num_train=12 data.num_val=4 data.img_size=64 eval.img_size=64 eval.batch_size=4 \
+    "data.cache_dir=${run_dir}/cache" "ckpt=${ckpt}" "run.dir=${run_dir}/eval"
+test -f "${run_dir}/eval/metrics.json"
+lap "eval.py"
+step export "${VENV}/bin/python" export.py runtime=cpu runtime.cpu_kernels=native \
+    "ckpt=${ckpt}" export.val=false "export.out=${run_dir}/exported" "run.dir=${run_dir}/export"
+ls "${run_dir}"/exported/*.mindir >/dev/null
+lap "export.py"
+echo "== MindSpore ${VERSION}: passed in $((SECONDS - started)) s"

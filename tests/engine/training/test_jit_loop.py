@@ -1,0 +1,131 @@
+"""engine.training.jit_loop: msdet's loop calls the callbacks as Model.train does.
+
+The whole-run comparison of the two loops (losses, checkpoints, results, resume across
+them) is in test_pynative_training.py; with two ranks in tests/e2e/test_distributed.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from msdet.engine.runtime.process import check_loop
+from msdet.engine.training.jit_loop import CallbackParams
+from tests.support import run_python
+
+
+def test_loop_key_is_checked_with_the_mode():
+    assert check_loop("model", "graph") == "model"
+    assert check_loop("model", "pynative") == "model"
+    assert check_loop("jit", "graph") == "jit"
+    with pytest.raises(ValueError, match=r"runtime.loop must be one of \('model', 'jit'\)"):
+        check_loop("torch", "graph")
+    with pytest.raises(ValueError, match="runtime.mode=pynative .* runtime.loop=model only"):
+        check_loop("jit", "pynative")
+
+
+def test_callback_params_read_as_attributes_and_keys():
+    params = CallbackParams(cur_step_num=3)
+    params.net_outputs = (1.0,)
+    assert params.cur_step_num == params["cur_step_num"] == 3
+    assert params.get("net_outputs") == (1.0,) and params.get("metrics") is None
+    with pytest.raises(AttributeError, match="missing"):
+        params.missing  # noqa: B018 (the attribute read is the test)
+
+
+# Both drivers in one fresh PyNative process: Model.train (which then runs the step Cell
+# operator by operator) and JitTrainLoop (the step compiled by mindspore.jit), each from
+# the same initial weights over the same 3 batches, epochs 2..4 (a resumed run), a callback
+# asking to stop at the 5th step. Every hook call is recorded with what the callbacks read.
+PROTOCOL = """
+import json, sys
+import mindspore as ms
+import numpy as np
+from mindspore import dataset as ds
+from mindspore.train import Callback, LossMonitor, Model
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+from msdet.engine.training.jit_loop import JitTrainLoop
+from msdet.engine.training.optim import build_optimizer
+from msdet.engine.training.step import TrainStep
+from tests.engine.training.test_step import SGD_CFG, Quadratic
+
+HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_begin",
+         "on_train_step_end", "on_train_epoch_end", "on_train_end")
+
+class Record(Callback):
+    def __init__(self, log):
+        self.log = log
+
+    def _note(self, hook, run_context):
+        cb = run_context.original_args()
+        out = cb.get("net_outputs") if hook == "on_train_step_end" else None
+        element = cb.get("train_dataset_element")
+        self.log.append([hook, cb.get("cur_epoch_num"), cb.cur_step_num, cb.batch_num,
+                         cb.epoch_num, cb.dataset_sink_mode, cb.mode,
+                         None if element is None else [list(x.shape) for x in element],
+                         None if out is None else round(float(out[0].asnumpy()), 5)])
+        if hook == "on_train_step_end" and cb.cur_step_num == 5:
+            run_context.request_stop()
+
+for hook in HOOKS:
+    setattr(Record, hook, lambda self, rc, hook=hook: self._note(hook, rc))
+
+def dataset():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 2)).astype(np.float32)
+    ones = np.ones((6, 1), np.float32)
+    return ds.NumpySlicesDataset({"x": x, "t": ones, "m": ones}, shuffle=False).batch(2)
+
+log = []
+ms.set_seed(0)
+net = Quadratic()
+step = TrainStep(net, build_optimizer(net, 0.1, SGD_CFG))
+callbacks = [Record(log), LossMonitor(1)]
+if sys.argv[1] == "model":
+    Model(step).train(4, dataset(), callbacks=callbacks, dataset_sink_mode=False, initial_epoch=1)
+else:
+    JitTrainLoop(step).train(4, dataset(), callbacks, initial_epoch=1)
+print("RECORD " + json.dumps({"log": log, "w": net.w.asnumpy().tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_the_jit_loop_calls_the_callbacks_as_model_train_does():
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    runs = {}
+    for driver in ("model", "jit"):
+        out = run_python(["-c", PROTOCOL, driver], env=env, timeout=300)
+        line = next(x for x in out.splitlines() if x.startswith("RECORD "))
+        printed = [x for x in out.splitlines() if x.startswith("epoch:")]
+        runs[driver] = (json.loads(line[len("RECORD ") :]), printed)
+    (model, model_printed), (jit, jit_printed) = runs["model"], runs["jit"]
+    assert jit["log"] == model["log"]
+    assert jit["w"] == model["w"]
+    # Epochs 2 and 3 of 4 (initial_epoch=1), the stop after the 5th step: 5 steps, 2 epochs.
+    steps = [e for e in model["log"] if e[0] == "on_train_step_end"]
+    assert [e[1:3] for e in steps] == [[2, 1], [2, 2], [2, 3], [3, 4], [3, 5]]
+    assert all(e[3] == 3 and e[4] == 3 and e[5] is False for e in steps)
+    assert [e[0] for e in model["log"]][-2:] == ["on_train_epoch_end", "on_train_end"]
+    assert steps[0][7] == [[2, 2], [2, 1], [2, 1]] and steps[0][8] > 0
+    # MindSpore's own LossMonitor prints the same lines under both drivers.
+    assert jit_printed == model_printed and len(model_printed) == 5
+
+
+def test_jit_loop_level_and_backend(monkeypatch):
+    from msdet.engine.runtime import mindspore_compat
+    from msdet.engine.runtime.device import chip_profile, jit_loop_level
+
+    assert jit_loop_level(None, None) == ("O0", "kernel by kernel")
+    assert jit_loop_level("O1", None) == ("O1", "kernel by kernel")
+    with pytest.raises(ValueError, match="runtime.jit_level=O2 .* runtime.loop=model"):
+        jit_loop_level("O2", None)
+    atlas = chip_profile("Ascend910A", True, False, None)  # Model.train's default there: GE
+    a2 = chip_profile("Ascend910B1", False, True, None)
+    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.9.0")
+    assert jit_loop_level(None, atlas) == ("O0", "kernel by kernel")
+    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.8.0")
+    assert jit_loop_level(None, atlas) == ("O0", "GE graph sink")
+    assert jit_loop_level(None, a2) == ("O0", "kernel by kernel")
