@@ -2,7 +2,8 @@
 that chip's own CANN operator tables, on this CPU.
 
     python -m msdet.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
-        [--tables TABLES.json] [--json REPORT.json] [--no-values] [key=value ...]
+        [--tables TABLES.json] [--waivers WAIVERS.json] [--json REPORT.json] [--no-values]
+        [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
 or ``runtime.precision_mode``), compiles the graphs msdet runs on it (:mod:`.graphs`) and
@@ -10,7 +11,9 @@ lists their primitives from MindSpore's IR dump, maps each to the CANN operator 
 it and looks it up in the chip's tables (:mod:`.verdict`); where the chip runs a float32
 operator in float16, the inputs' largest magnitude in a few real training steps
 (:mod:`.values`) must fit float16. One table per chip is printed and a JSON report written;
-the exit status is 1 when any operator will not compile or overflows.
+the exit status is 1 when any operator will not compile or overflows, or is a primitive the
+mapping does not hold (a closed world: what the check cannot place fails), unless a waiver
+(``data/waivers.json`` or ``--waivers``) accepts it with a reason.
 
 What the tables cannot tell: kernel by kernel (jit level O0/O1, MindSpore's default on A2)
 most primitives run as aclnn kernels, whose dtype and chip support CANN documents per API,
@@ -30,7 +33,7 @@ import sys
 import tempfile
 
 from msdet.common import logs
-from msdet.tools.chip_check.mapping import load_mapping
+from msdet.tools.chip_check.mapping import load_mapping, load_waivers
 from msdet.tools.chip_check.verdict import (
     DEFAULT_PRECISION,
     FAILING,
@@ -54,6 +57,7 @@ def run_check(
     tables_path: str | None = None,
     values: bool = True,
     img: int = 128,
+    waivers_path: str | None = None,
 ) -> dict:
     """The check's report: ``{"chips": {chip: {precision_mode, counts}}, "findings": [...],
     "failures": n}``."""
@@ -66,6 +70,7 @@ def run_check(
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
     tables, mapping = load_tables(tables_path), load_mapping()
+    waivers = load_waivers(waivers_path)
     requested = str(cfg.runtime.precision_mode)
     modes = {c: DEFAULT_PRECISION.get(c, "allow_fp32_to_fp16") if requested == "auto" else requested
              for c in chips}  # fmt: skip
@@ -79,7 +84,8 @@ def run_check(
         for chip in chips:
             guarded = ("nms",)  # msdet checks NMSWithMask on the device before relying on it
             out += [
-                judge(r, chip, modes[chip], tables, mapping, largest, guarded) for r in rows[chip]
+                judge(r, chip, modes[chip], tables, mapping, largest, guarded, waivers)
+                for r in rows[chip]
             ]
         return out
 
@@ -93,6 +99,7 @@ def run_check(
     return {
         "tables": tables["_meta"],
         "mapping": mapping["_meta"],
+        "waivers": waivers,
         "chips": {c: {"precision_mode": modes[c], "counts": counts.get(c, {})} for c in chips},
         "findings": [f.to_json() for f in result if f.verdict not in ("aicore", "nop")],
         "failures": sum(1 for f in result if f.verdict in FAILING),
@@ -107,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--chips", default=",".join(CHIPS))
     parser.add_argument("--tables", help="tables derived from your CANN (cann_tables module)")
+    parser.add_argument("--waivers", help="accepted findings, each with a reason "
+                        "(default: the bundled data/waivers.json)")  # fmt: skip
     parser.add_argument("--json", default="chip_check.json", help="the report (JSON)")
     parser.add_argument("--no-values", action="store_true", help="skip the value ranges")
     parser.add_argument("--img", type=int, default=128, help="input size of the graphs built")
@@ -114,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs.setup_logging()
     chips = tuple(c.strip() for c in args.chips.split(",") if c.strip())
-    report = run_check(chips, args.overrides, args.tables, not args.no_values, args.img)
+    report = run_check(
+        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers
+    )
     findings = report.pop("_findings")
     for chip in chips:
         print(format_chip(chip, report["chips"][chip]["precision_mode"], findings), end="\n\n")
@@ -122,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     verdict = "fails" if report["failures"] else "passes"
-    print(f"chip check {verdict}: {report['failures']} operators will not compile or overflow "
+    print(f"chip check {verdict}: {report['failures']} operators will not compile, overflow or "
+          f"are not in the mapping "
           f"(report: {args.json})")  # fmt: skip
     return 1 if report["failures"] else 0
 

@@ -15,7 +15,10 @@ Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(f
 on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
 ``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
-``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version).
+``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version),
+``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
+this fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
+the reason).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from msdet.tools.chip_check.cann_tables import check
-from msdet.tools.chip_check.mapping import CANN_RENAMES
+from msdet.tools.chip_check.mapping import CANN_RENAMES, waiver_for
 
 FLOAT16_MAX = 65504.0
 FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
@@ -59,7 +62,7 @@ DEFAULT_PRECISION = {
     "ascend310p": "allow_fp32_to_fp16",
     "ascend310b": "must_keep_origin_dtype",
 }
-FAILING = ("none", "overflows")
+FAILING = ("none", "overflows", "unmapped")
 
 
 @dataclass
@@ -132,10 +135,41 @@ def judge(
     mapping: dict,
     largest: dict[str, float] | None = None,
     guarded: tuple[str, ...] = (),
+    waivers: list[dict] | None = None,
+    backend: str = "ge",
 ) -> Finding:
     """The verdict on ``row`` for ``chip`` under ``precision_mode``. ``largest``: the
     largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
-    graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them."""
+    graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them;
+    ``waivers``: accepted findings (:func:`.mapping.load_waivers`), which turn a failing
+    verdict into ``waived``."""
+    finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
+    waiver = None
+    if finding.verdict in FAILING and waivers:
+        waiver = waiver_for(waivers, row.prim, chip, row.graph, finding.verdict, backend)
+    if waiver is not None:
+        finding.notes.append(f"{finding.verdict}: {finding.reason}")
+        finding.verdict, finding.reason = "waived", f"waived: {waiver['reason']}"
+    return finding
+
+
+def _unmapped(prim: str, mapping: dict) -> str:
+    """Why a primitive outside the mapping fails, with what MindSpore's adapters say of it."""
+    ge_op = (mapping.get("adapters") or {}).get(prim)
+    known = (
+        f"MindSpore's GE adapters emit {ge_op} for it"
+        if ge_op
+        else "MindSpore's adapter sources register no GE adapter for it"
+    )
+    return (
+        f"not in the chip check's mapping, which was derived for the primitives msdet used "
+        f"({known}): rebuild the mapping and the tables for it (ms_mapping, cann_tables), or "
+        "waive it in data/waivers.json with a reason"
+    )
+
+
+def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Finding:
+    """:func:`judge` before waivers."""
     entry = mapping["map"].get(row.prim, {})
     cann = entry.get("cann_op") or "+".join(entry.get("ge_fallback_expands_to") or [])
     finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, cann or "-", "", "",
@@ -150,6 +184,9 @@ def judge(
         finding.reason = (
             "msdet's compiled CPU kernel: build the graph with runtime.cpu_kernels=native"
         )
+        return finding
+    if row.prim not in mapping["map"]:
+        finding.verdict, finding.reason = "unmapped", _unmapped(row.prim, mapping)
         return finding
     ops = (
         [entry["cann_op"]]
@@ -208,7 +245,7 @@ def judge(
     return finding
 
 
-_RANK = {"none": 0, "overflows": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
+_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
          "unknown": 4}  # fmt: skip
 
 
@@ -239,7 +276,18 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
             entry[1] = max(entry[1] or 0.0, f.largest)
     order = {
         v: i
-        for i, v in enumerate(("none", "overflows", "guarded", "aicpu", "aicore(fp16)", "unknown"))
+        for i, v in enumerate(
+            (
+                "none",
+                "overflows",
+                "unmapped",
+                "waived",
+                "guarded",
+                "aicpu",
+                "aicore(fp16)",
+                "unknown",
+            )
+        )  # fmt: skip
     }
     lines = [f"== {chip} (precision mode {precision_mode}) ==",
              f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
