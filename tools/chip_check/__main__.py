@@ -74,6 +74,10 @@ def run_check(
     requested = str(cfg.runtime.precision_mode)
     modes = {c: DEFAULT_PRECISION.get(c, "allow_fp32_to_fp16") if requested == "auto" else requested
              for c in chips}  # fmt: skip
+    from msdet.engine.runtime.device import resolve_sink
+
+    # Data sinking runs the training step on the device (msdet's default on Ascend).
+    sunk = ("train",) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
     rows = {}
     for chip in chips:
         log.info("%s: compiling msdet's graphs on this CPU", chip)
@@ -84,7 +88,9 @@ def run_check(
         for chip in chips:
             guarded = ("nms",)  # msdet checks NMSWithMask on the device before relying on it
             out += [
-                judge(r, chip, modes[chip], tables, mapping, largest, guarded, waivers)
+                judge(
+                    r, chip, modes[chip], tables, mapping, largest, guarded, waivers, sunk=sunk
+                )  # fmt: skip
                 for r in rows[chip]
             ]
         return out

@@ -40,13 +40,15 @@ def check_cell(
     graph: str = "cell",
     tables_path: str | None = None,
     waivers_path: str | None = None,
+    sunk: bool = False,
 ) -> list[Finding]:
     """One :class:`Finding` per primitive of ``cell(*inputs)`` and chip: ``verdict`` is
     ``aicore``, ``aicore(fp16)`` (runs in float16 under the chip's precision mode),
     ``aicpu``, ``nop`` (a reshape), ``overflows``, ``none`` (will not compile), ``unmapped``
     (a primitive the bundled mapping does not hold) or ``waived``, with the reason.
     ``precision_mode``: ``auto`` takes MindSpore's default for each chip; ``waivers_path``:
-    accepted findings (default: the bundled ones)."""
+    accepted findings (default: the bundled ones); ``sunk``: the Cell runs under data
+    sinking, where graph control flow fails (``control-flow``)."""
     from msdet.tools.chip_check.cann_tables import load_tables
     from msdet.tools.chip_check.ir import list_primitives
 
@@ -64,5 +66,18 @@ def check_cell(
     findings = []
     for chip in chips:
         mode = DEFAULT_PRECISION[chip] if precision_mode == "auto" else precision_mode
-        findings += [judge(row, chip, mode, tables, mapping, largest, (), waivers) for row in rows]
+        findings += [
+            judge(
+                row,
+                chip,
+                mode,
+                tables,
+                mapping,
+                largest,
+                (),
+                waivers,
+                sunk=(graph,) if sunk else (),
+            )  # fmt: skip
+            for row in rows
+        ]
     return findings

@@ -56,6 +56,9 @@ VIRTUAL_PRIMS = {
     "EnvironSet",
     "MirrorMicroStep",
 }
+# Graph control flow (an ``if`` on a tensor): no kernel, but listed, because a graph that data
+# sinking runs on the device should hold none (the chip check reports them).
+CONTROL_FLOW = {"Switch", "SwitchLayer"}
 # Primitives that are usually "no-op" (view/shape-only) on Ascend: GE treats Reshape,
 # ExpandDims, Squeeze, Flatten as reshape-type nodes that launch no kernel (nop nodes).
 NOP_ON_DEVICE = {"Reshape", "ExpandDims", "Squeeze", "Flatten", "FlattenGrad", "Unsqueeze"}
@@ -214,14 +217,15 @@ def collect(
     dump_dir: str, stage: str = "validate", include_virtual: bool = False, by_shape: bool = True
 ):
     """Parse a dump folder. Returns [(prim, [input dtypes], [input shapes], count, scope of
-    the first)],
-    sorted by primitive name. Monad inputs are dropped. With ``by_shape=False`` shapes
+    the first)], sorted by primitive name; graph plumbing is left out unless
+    ``include_virtual``, control flow (:data:`CONTROL_FLOW`) never. Monad inputs are dropped. With ``by_shape=False`` shapes
     are left out of the grouping key (the shapes of the first occurrence are returned)."""
     counter = collections.OrderedDict()
     for path in _stage_files(dump_dir, stage):
         for node in parse_ir_file(path):
             name = prim_name(node["prim"])
-            if name is None or (not include_virtual and name in VIRTUAL_PRIMS):
+            hidden = name in VIRTUAL_PRIMS and name not in CONTROL_FLOW
+            if name is None or (not include_virtual and hidden):
                 continue
             ins = [(t, s) for t, s in node["inputs"] if t != "monad"]
             dtypes = tuple(t for t, _ in ins)

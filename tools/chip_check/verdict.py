@@ -17,7 +17,8 @@ on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will no
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
 ``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version),
 ``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
-this fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
+this fails), ``control-flow`` (a branch in a graph that data sinking runs on the device:
+fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
 the reason).
 """
 
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from msdet.tools.chip_check.cann_tables import check
+from msdet.tools.chip_check.ir import CONTROL_FLOW
 from msdet.tools.chip_check.mapping import CANN_RENAMES, waiver_for
 
 FLOAT16_MAX = 65504.0
@@ -62,7 +64,7 @@ DEFAULT_PRECISION = {
     "ascend310p": "allow_fp32_to_fp16",
     "ascend310b": "must_keep_origin_dtype",
 }
-FAILING = ("none", "overflows", "unmapped")
+FAILING = ("none", "overflows", "unmapped", "control-flow")
 
 
 @dataclass
@@ -137,13 +139,25 @@ def judge(
     guarded: tuple[str, ...] = (),
     waivers: list[dict] | None = None,
     backend: str = "ge",
+    sunk: tuple[str, ...] = (),
 ) -> Finding:
     """The verdict on ``row`` for ``chip`` under ``precision_mode``. ``largest``: the
     largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
     graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them;
     ``waivers``: accepted findings (:func:`.mapping.load_waivers`), which turn a failing
-    verdict into ``waived``."""
-    finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
+    verdict into ``waived``; ``sunk``: graphs that data sinking runs on the device, where
+    control flow fails."""
+    if row.prim in CONTROL_FLOW:
+        finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, "-", "nop",
+                          "graph control flow: no kernel", row.scope)  # fmt: skip
+        if row.graph in sunk:
+            finding.verdict = "control-flow"
+            finding.reason = (
+                "a branch on a tensor in a graph that data sinking runs on the device, a "
+                "common first-run failure on both backends: make it a select"
+            )
+    else:
+        finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
     waiver = None
     if finding.verdict in FAILING and waivers:
         waiver = waiver_for(waivers, row.prim, chip, row.graph, finding.verdict, backend)
@@ -245,7 +259,7 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
     return finding
 
 
-_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
+_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "control-flow": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
          "unknown": 4}  # fmt: skip
 
 
