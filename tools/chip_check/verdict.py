@@ -15,8 +15,9 @@ Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(f
 on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
 ``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
-``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version),
-``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
+``op_select_format`` and not emulated), ``unverified`` (mapped, but MindSpore's sources show
+no way for the backend to compile it: no GE adapter and no GE fallback; or its CANN operator
+is missing from the bundled tables: "may not compile" fails), ``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
 this fails), ``control-flow`` (a branch in a graph that data sinking runs on the device:
 fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
 the reason).
@@ -64,7 +65,7 @@ DEFAULT_PRECISION = {
     "ascend310p": "allow_fp32_to_fp16",
     "ascend310b": "must_keep_origin_dtype",
 }
-FAILING = ("none", "overflows", "unmapped", "control-flow")
+FAILING = ("none", "overflows", "unmapped", "control-flow", "unverified")
 
 
 @dataclass
@@ -208,10 +209,11 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
         else list(entry.get("ge_fallback_expands_to") or [])
     )
     if not ops:
-        finding.verdict = "unknown"
+        finding.verdict = "unverified"
         finding.reason = (
-            "no GE adapter in the mapping's MindSpore sources: GE mode (jit level O2) may not "
-            "compile it; kernel by kernel it runs as aclnn"
+            "no GE adapter and no GE fallback expander for it in MindSpore's sources (see the "
+            "mapping's _meta): GE (jit level O2) may not compile it; rewrite it, or waive it "
+            "with a reason once a card compiled it"
         )
         return finding
     narrowing = precision_mode in NARROWING_MODES
@@ -228,7 +230,7 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
                 best = (status, why, name)
             if status == "aicore":
                 break
-        verdicts.append(best or ("unknown", "not in the tables bundled for the check", op))
+        verdicts.append(best or ("unverified", "not in the tables bundled for the check", op))
     status, why, name = min(verdicts, key=lambda v: _RANK.get(v[0].rstrip("?"), 9))
     finding.cann_op = name if len(ops) == 1 else "+".join(v[2] for v in verdicts)
     finding.verdict = {
@@ -259,8 +261,11 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
     return finding
 
 
-_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "control-flow": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
-         "unknown": 4}  # fmt: skip
+_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "control-flow": 0, "unverified": 0,
+         "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3, "unknown": 4}  # fmt: skip
+# The order of a chip's table: what fails first.
+TABLE_ORDER = ("none", "overflows", "unmapped", "control-flow", "unverified", "waived", "guarded",
+               "aicpu", "aicore(fp16)", "aclnn", "unknown")  # fmt: skip
 
 
 def summarise(findings: list[Finding]) -> dict[str, dict[str, int]]:
@@ -288,21 +293,7 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
         entry[0] += f.count
         if f.largest is not None:
             entry[1] = max(entry[1] or 0.0, f.largest)
-    order = {
-        v: i
-        for i, v in enumerate(
-            (
-                "none",
-                "overflows",
-                "unmapped",
-                "waived",
-                "guarded",
-                "aicpu",
-                "aicore(fp16)",
-                "unknown",
-            )
-        )  # fmt: skip
-    }
+    order = {v: i for i, v in enumerate(TABLE_ORDER)}
     lines = [f"== {chip} (precision mode {precision_mode}) ==",
              f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
     for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
