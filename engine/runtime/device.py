@@ -64,6 +64,13 @@ KEEP_DTYPE = "must_keep_origin_dtype"
 SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
 SOC_A2 = "train_hq_dtype_line"
 OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+# MindSpore 2.10's own default jit level on Ascend (MsContext::GetJitLevel in
+# libmindspore_core.so): with none set, a graph compiles at O2 (GE's whole-graph sink) where
+# the SoC has this feature and at O0 (kernel by kernel, the ms_backend) elsewhere. In 2.10's
+# SoC table (the same library) only ascend910, the Atlas training series, has it; 2.7's
+# source tested the SoC name (ms_context.cc). A rank-table launch forces O2 on every chip.
+SOC_JIT_O2_DEFAULT = "jit_level_o2_default_ascend_jit"
+JIT_BACKENDS = {"O0": "kernel by kernel", "O1": "kernel by kernel", "O2": "GE graph sink"}
 
 
 # NMSWithMask's box limits per call: MindSpore's operator takes at most 2,864; the A2's
@@ -83,8 +90,13 @@ class ChipProfile:
     float16's spacing at 2,048 px is 2 px, so suppression would silently differ. Where NMS
     runs on the device, :func:`device_nms_problem` still checks it on first use.
     ``nms_max_boxes``: candidates per ``NMSWithMask`` call whose indices the chip computes
-    exactly. ``default_jit_level``: MindSpore's choice when ``runtime.jit_level`` is unset
-    (GE graph sink on the Atlas training series, kernel by kernel elsewhere).
+    exactly. ``default_jit_level``: the jit level msdet sets when ``runtime.jit_level`` is
+    unset, MindSpore 2.10's own default for the chip (:data:`SOC_JIT_O2_DEFAULT`): O2, GE's
+    graph sink, on the Atlas training series, where MindSpore still defaults to GE and
+    MindYOLO's published YOLOX runs used it; O0, kernel by kernel (aclnn kernels where
+    MindSpore dispatches to them), elsewhere. GE is deprecated since MindSpore 2.9
+    (``mindspore.jit``'s docstring), so msdet sets the level explicitly instead of relying on
+    a default that may move.
     """
 
     soc: str  # MindSpore's name for it (MSContext.get_ascend_soc_version), for reports
@@ -102,17 +114,26 @@ class ChipProfile:
             f"{'float-status register' if self.float_status else 'gradients'}, "
             f"NMS on the {'host' if self.host_nms else 'device'}"
             + ("" if self.host_nms else f" (<= {self.nms_max_boxes} boxes per call)")
+            + f", jit level {self.default_jit_level} ({JIT_BACKENDS[self.default_jit_level]}) "
+            "unless runtime.jit_level sets one"
         )
 
 
-def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | None) -> ChipProfile:
-    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW` and
-    :data:`SOC_A2` (and the overflow mode set in the environment).
+def chip_profile(
+    soc: str,
+    classic: bool,
+    hq_dtype: bool,
+    overflow_mode: str | None,
+    jit_o2_default: bool | None = None,
+) -> ChipProfile:
+    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW`,
+    :data:`SOC_A2` and :data:`SOC_JIT_O2_DEFAULT` (None: as ``classic``, the SoC MindSpore
+    2.10 gives both features), and the overflow mode set in the environment.
 
     - A2 and later (``hq_dtype``): NMS on the device (its ``NMSLargeN`` kernel takes
       float32; its static path indexes in float16, so at most 2,048 boxes per call).
-    - The Atlas training series (``classic``): NMS on the host; MindSpore compiles whole
-      graphs through GE (jit level O2) by default there.
+    - The Atlas training series (``classic``): NMS on the host; whole graphs through GE
+      (jit level O2), MindSpore 2.10's default there.
     - Anything else (an inference chip, a chip MindSpore answers neither for): NMS on the
       host (correct everywhere, slower).
 
@@ -126,7 +147,7 @@ def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | N
         float_status=float_status_register(bool(classic), bool(hq_dtype), overflow_mode),
         host_nms=not cube_fp32,
         nms_max_boxes=NMS_MAX_BOXES_FLOAT16_INDEX if cube_fp32 else NMS_MAX_BOXES,
-        default_jit_level="O2" if classic else "O0",
+        default_jit_level="O2" if (classic if jit_o2_default is None else jit_o2_default) else "O0",
     )
 
 
@@ -140,6 +161,7 @@ def ascend_chip() -> ChipProfile:
         ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
         ctx.ascend_soc_supports_feature(SOC_A2),
         os.environ.get(OVERFLOW_MODE_VAR),
+        ctx.ascend_soc_supports_feature(SOC_JIT_O2_DEFAULT),
     )
 
 
@@ -372,11 +394,31 @@ def precision_mode_in_effect() -> str:
 def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
     """(jit level, how MindSpore runs it) on this device: the configured level, else the
     chip's default; O2 is GE's whole-graph sink, O0/O1 kernel by kernel (rank-table
-    launches run GE whatever is configured)."""
+    launches run GE whatever is configured: MsContext::GetJitLevel, 2.7 source and the 2.10
+    binary's "Set jit level to O2 for rank table startup method")."""
     level = configured or (chip.default_jit_level if chip else "O0")
     if chip is not None and os.environ.get("RANK_TABLE_FILE"):
         level = "O2"
-    backend = "GE graph sink" if level == "O2" and chip is not None else "kernel by kernel"
+    backend = JIT_BACKENDS[level] if chip is not None else "kernel by kernel"
+    return level, backend
+
+
+def apply_jit_level(ms: Any, configured: str | None, chip: ChipProfile) -> tuple[str, str]:
+    """Set the jit level on an Ascend chip explicitly (the configured one, else the chip's
+    default: :attr:`ChipProfile.default_jit_level`) and log it with how MindSpore runs it;
+    returns :func:`jit_level_in_effect`."""
+    level, backend = jit_level_in_effect(configured, chip)
+    if not configured:
+        ms.set_context(jit_config={"jit_level": chip.default_jit_level})
+    why = (
+        "runtime.jit_level"
+        if configured
+        else f"MindSpore 2.10's default for this chip ({SOC_JIT_O2_DEFAULT}: "
+        f"{'yes' if chip.default_jit_level == 'O2' else 'no'})"
+    )
+    if os.environ.get("RANK_TABLE_FILE"):
+        why = "a rank-table launch: MindSpore compiles at O2 whatever is set"
+    log.info("jit level %s on %s: %s, from %s", level, chip.soc, backend, why)
     return level, backend
 
 

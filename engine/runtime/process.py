@@ -122,6 +122,7 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     chip = dev.ascend_chip() if device == "Ascend" else None
     precision, host_nms = None, chip is not None and chip.host_nms
     if chip is not None:
+        dev.apply_jit_level(ms, cfg.jit_level or jit_level, chip)
         precision = dev.resolve_precision_mode(cfg.precision_mode, chip)
         dev.apply_precision_mode(ms, precision)
         log.info("%s", chip.describe())

@@ -6,18 +6,21 @@ that chip's own CANN operator tables, on this CPU.
         [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
-or ``runtime.precision_mode``), compiles the graphs msdet runs on it (:mod:`.graphs`) and
-lists their primitives from MindSpore's IR dump, maps each to the CANN operator that runs
-it and looks it up in the chip's tables (:mod:`.verdict`); where the chip runs a float32
+or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
+sink, on the 910A; O0, kernel by kernel, elsewhere; or ``runtime.jit_level``), compiles the
+graphs msdet runs on it (:mod:`.graphs`) and lists their primitives from MindSpore's IR
+dump, maps each to what runs it on that backend (the GE operator; kernel by kernel the
+aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's tables
+(:mod:`.verdict`); where the chip runs a float32
 operator in float16, the inputs' largest magnitude in a few real training steps
 (:mod:`.values`) must fit float16. One table per chip is printed and a JSON report written;
 the exit status is 1 when any operator will not compile or overflows, or is a primitive the
 mapping does not hold (a closed world: what the check cannot place fails), unless a waiver
 (``data/waivers.json`` or ``--waivers``) accepts it with a reason.
 
-What the tables cannot tell: kernel by kernel (jit level O0/O1, MindSpore's default on A2)
-most primitives run as aclnn kernels, whose dtype and chip support CANN documents per API,
-not in these tables (such rows carry an "aclnn" note); dtypes some AI Core operators decide
+What the tables cannot tell: kernel by kernel (jit level O0/O1, msdet's choice on A2) most
+primitives run as aclnn kernels, whose dtype and chip support CANN documents per API, not
+in these tables (their verdict is ``aclnn``, with what the table says of the GE operator); dtypes some AI Core operators decide
 in their ``op_select_format`` code are emulated from CANN's sources, not compiled; MindSpore
 branches that test the device at build time (``ms.amp.all_finite``) take the CPU branch
 here. Only a card shows what really compiles and how fast: ``python -m
@@ -44,10 +47,13 @@ from msdet.tools.chip_check.verdict import (
 
 log = logging.getLogger("chip_check")
 CHIPS = ("ascend910", "ascend910b", "ascend310p", "ascend310b")
+# engine.runtime.device.JIT_BACKENDS' names -> the verdicts' backends.
+BACKEND = {"GE graph sink": "ge", "kernel by kernel": "kbk"}
 NOTE = (
-    "not told by the tables: aclnn kernels (kernel by kernel on A2) have their own dtype "
-    "support; op_select_format dtypes are emulated from CANN's sources; MindSpore code that "
-    "tests the device at build time took the CPU branch. A card's self-test shows the rest."
+    "not told by the tables: aclnn kernels (the 'aclnn' rows, kernel by kernel) have their own "
+    "dtype support per API; op_select_format dtypes are emulated from CANN's sources; MindSpore "
+    "code that tests the device at build time took the CPU branch. A card's self-test shows "
+    "the rest."
 )
 
 
@@ -65,7 +71,7 @@ def run_check(
     from msdet.engine.runtime.process import setup_runtime
     from msdet.tools.chip_check import values as value_ranges
     from msdet.tools.chip_check.cann_tables import load_tables
-    from msdet.tools.chip_check.graphs import graph_rows
+    from msdet.tools.chip_check.graphs import chip_runtime, graph_rows
 
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
@@ -78,9 +84,12 @@ def run_check(
 
     # Data sinking runs the training step on the device (msdet's default on Ascend).
     sunk = ("train",) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
-    rows = {}
+    rows, backends = {}, {}
     for chip in chips:
-        log.info("%s: compiling msdet's graphs on this CPU", chip)
+        chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
+        backends[chip] = (chip_rt.jit_level, chip_rt.backend)
+        log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
+                 *backends[chip])  # fmt: skip
         rows[chip] = graph_rows(cfg, rt, chip, img=img)
 
     def findings(largest=None):
@@ -89,7 +98,16 @@ def run_check(
             guarded = ("nms",)  # msdet checks NMSWithMask on the device before relying on it
             out += [
                 judge(
-                    r, chip, modes[chip], tables, mapping, largest, guarded, waivers, sunk=sunk
+                    r,
+                    chip,
+                    modes[chip],
+                    tables,
+                    mapping,
+                    largest,
+                    guarded,
+                    waivers,
+                    backend=BACKEND[backends[chip][1]],
+                    sunk=sunk,
                 )  # fmt: skip
                 for r in rows[chip]
             ]
@@ -106,7 +124,15 @@ def run_check(
         "tables": tables["_meta"],
         "mapping": mapping["_meta"],
         "waivers": waivers,
-        "chips": {c: {"precision_mode": modes[c], "counts": counts.get(c, {})} for c in chips},
+        "chips": {
+            c: {
+                "precision_mode": modes[c],
+                "jit_level": backends[c][0],
+                "backend": backends[c][1],
+                "counts": counts.get(c, {}),
+            }
+            for c in chips
+        },
         "findings": [f.to_json() for f in result if f.verdict not in ("aicore", "nop")],
         "failures": sum(1 for f in result if f.verdict in FAILING),
         "note": NOTE,
@@ -134,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     findings = report.pop("_findings")
     for chip in chips:
-        print(format_chip(chip, report["chips"][chip]["precision_mode"], findings), end="\n\n")
+        info = report["chips"][chip]
+        backend = f"jit level {info['jit_level']}: {info['backend']}"
+        print(format_chip(chip, info["precision_mode"], findings, backend), end="\n\n")
     print(NOTE)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

@@ -26,23 +26,27 @@ from msdet.tools.chip_check.verdict import Row
 
 TRAINING_CHIPS = ("ascend910", "ascend910b")
 INFERENCE_CHIPS = ("ascend310p", "ascend310b")
-# MindSpore's SoC answers per chip: (Atlas training series, A2 and later).
+# MindSpore 2.10's SoC answers per chip (engine.runtime.device): (Atlas training series, A2
+# and later, jit level O2 by default), as its SoC table in libmindspore_core.so gives them.
 SOC_ANSWERS = {
-    "ascend910": (True, False),
-    "ascend910b": (False, True),
-    "ascend910_93": (False, True),
-    "ascend310p": (False, False),
-    "ascend310b": (False, False),
+    "ascend910": (True, False, True),
+    "ascend910b": (False, True, False),
+    "ascend910_93": (False, True, False),
+    "ascend310p": (False, False, False),
+    "ascend310b": (False, False, False),
 }
 NUM_CLASSES = 80
 
 
-def chip_runtime(rt: Any, chip: str, amp: str) -> Any:
-    """``rt`` (set up on this CPU) as msdet would set it up on ``chip``."""
-    from msdet.engine.runtime.device import chip_profile, resolve_amp
+def chip_runtime(rt: Any, chip: str, amp: str, jit_level: str | None = None) -> Any:
+    """``rt`` (set up on this CPU) as msdet would set it up on ``chip`` (``jit_level``: the
+    configured ``runtime.jit_level``, None for the chip's default)."""
+    from msdet.engine.runtime.device import chip_profile, jit_level_in_effect, resolve_amp
     from msdet.ops.cpu_kernels import NATIVE
 
-    profile = chip_profile(chip, *SOC_ANSWERS[chip], None)
+    classic, hq_dtype, jit_o2 = SOC_ANSWERS[chip]
+    profile = chip_profile(chip, classic, hq_dtype, None, jit_o2)
+    level, backend = jit_level_in_effect(jit_level, profile)
     return dataclasses.replace(
         rt,
         device="Ascend",
@@ -51,6 +55,8 @@ def chip_runtime(rt: Any, chip: str, amp: str) -> Any:
         chip=chip,
         host_nms=profile.host_nms,
         nms_max_boxes=profile.nms_max_boxes,
+        jit_level=level,
+        backend=backend,
         kernels=NATIVE,
     )
 
@@ -63,7 +69,7 @@ def graph_rows(cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2) -> 
     from msdet.models.yolox import build_model
     from msdet.tools.chip_check.ir import list_primitives
 
-    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp))
+    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
     rows: list[Row] = []
 
     def add(graph: str, cell, *inputs) -> None:

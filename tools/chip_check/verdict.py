@@ -14,6 +14,7 @@ Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(f
 (only a float16 kernel, and the precision mode casts: checked against the values measured
 on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
 ``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
+``aclnn`` (kernel by kernel, an aclnn kernel: the tables cannot tell its dtypes),
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
 ``op_select_format`` and not emulated), ``unverified`` (mapped, but MindSpore's sources show
 no way for the backend to compile it: no GE adapter and no GE fallback; or its CANN operator
@@ -146,8 +147,10 @@ def judge(
     largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
     graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them;
     ``waivers``: accepted findings (:func:`.mapping.load_waivers`), which turn a failing
-    verdict into ``waived``; ``sunk``: graphs that data sinking runs on the device, where
-    control flow fails."""
+    verdict into ``waived``; ``backend``: ``ge`` (jit level O2: the GE adapters' operators,
+    judged by the tables) or ``kbk`` (kernel by kernel: ``aclnn`` where MindSpore dispatches
+    to an aclnn kernel, else the GE operator, which it compiles alone); ``sunk``: graphs
+    that data sinking runs on the device, where control flow fails."""
     if row.prim in CONTROL_FLOW:
         finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, "-", "nop",
                           "graph control flow: no kernel", row.scope)  # fmt: skip
@@ -158,7 +161,7 @@ def judge(
                 "common first-run failure on both backends: make it a select"
             )
     else:
-        finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
+        finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend)
     waiver = None
     if finding.verdict in FAILING and waivers:
         waiver = waiver_for(waivers, row.prim, chip, row.graph, finding.verdict, backend)
@@ -183,14 +186,22 @@ def _unmapped(prim: str, mapping: dict) -> str:
     )
 
 
-def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Finding:
+def _aclnn(entry: dict) -> tuple[str, str]:
+    """(the aclnn API or MindSpore kernel a primitive runs as kernel by kernel, how to say it)."""
+    kernel = entry.get("aclnn_kernel") or "aclnn"
+    apis = entry.get("aclnn_apis_called") or ([kernel] if kernel.startswith("aclnn") else [])
+    if apis:
+        return apis[0], ", ".join(apis)
+    own = kernel.removeprefix("customize:")
+    return own, f"{own} (MindSpore's own kernel over aclnn calls)"
+
+
+def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend="ge") -> Finding:
     """:func:`judge` before waivers."""
     entry = mapping["map"].get(row.prim, {})
     cann = entry.get("cann_op") or "+".join(entry.get("ge_fallback_expands_to") or [])
     finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, cann or "-", "", "",
                       row.scope)  # fmt: skip
-    if entry.get("aclnn_dispatch_2_10_wheel"):
-        finding.notes.append(f"kernel by kernel: aclnn ({entry.get('aclnn_kernel') or 'aclnn'})")
     if row.prim in NOP or entry.get("kbk_nop"):
         finding.verdict, finding.reason = "nop", "a reshape: no kernel"
         return finding
@@ -203,6 +214,19 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
     if row.prim not in mapping["map"]:
         finding.verdict, finding.reason = "unmapped", _unmapped(row.prim, mapping)
         return finding
+    if backend == "kbk" and entry.get("aclnn_dispatch_2_10_wheel"):
+        # Kernel by kernel MindSpore runs it as an aclnn kernel, not as the GE operator.
+        finding.cann_op, said = _aclnn(entry)
+        finding.verdict = "aclnn"
+        finding.reason = (
+            f"kernel by kernel: {said}; CANN documents an aclnn API's dtypes and chips per API, "
+            "not in these tables, and the precision mode reaches it through its cube math "
+            "type: only a card shows it (the self-test)"
+        )
+        if entry.get("cann_op") or entry.get("ge_fallback_expands_to"):
+            ge = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
+            finding.notes.append(f"as a GE operator ({ge.cann_op}): {ge.verdict}, {ge.reason}")
+        return finding
     ops = (
         [entry["cann_op"]]
         if entry.get("cann_op")
@@ -214,6 +238,10 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded) -> Find
             "no GE adapter and no GE fallback expander for it in MindSpore's sources (see the "
             "mapping's _meta): GE (jit level O2) may not compile it; rewrite it, or waive it "
             "with a reason once a card compiled it"
+            if backend == "ge"
+            else "no aclnn dispatch and no GE adapter for it in MindSpore's sources (see the "
+            "mapping's _meta): kernel by kernel MindSpore may find no Ascend kernel for it; "
+            "rewrite it, or waive it with a reason once a card ran it"
         )
         return finding
     narrowing = precision_mode in NARROWING_MODES
@@ -277,10 +305,10 @@ def summarise(findings: list[Finding]) -> dict[str, dict[str, int]]:
     return out
 
 
-def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
+def format_chip(chip: str, precision_mode: str, findings: list[Finding], backend: str = "") -> str:
     """One chip's table: every primitive that does not plainly run on the AI Core (rows of
-    the same primitive, dtypes and verdict merged, their counts summed), then a count of
-    those that do."""
+    the same primitive, dtypes and verdict merged, their counts summed; an ``aclnn`` row
+    without its reason, said once below the table), then a count of those that do."""
     rows = [f for f in findings if f.chip == chip]
     plain = sum(f.count for f in rows if f.verdict in ("aicore", "nop"))
     merged: dict[tuple, list] = {}
@@ -294,7 +322,7 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
         if f.largest is not None:
             entry[1] = max(entry[1] or 0.0, f.largest)
     order = {v: i for i, v in enumerate(TABLE_ORDER)}
-    lines = [f"== {chip} (precision mode {precision_mode}) ==",
+    lines = [f"== {chip} (precision mode {precision_mode}{', ' + backend if backend else ''}) ==",
              f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
     for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
         graph, prim, dtypes, cann, verdict, reason = key
@@ -303,6 +331,15 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
         lines.append(
             f"{graph:7s} {prim:22s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
         )
-        lines.append(f"{'':10s}{reason}" + (f" [{scope}]" if verdict in FAILING and scope else ""))
+        if verdict != "aclnn":
+            lines.append(
+                f"{'':10s}{reason}" + (f" [{scope}]" if verdict in FAILING and scope else "")
+            )
+    if any(k[4] == "aclnn" for k in merged):
+        lines.append(
+            "aclnn: run kernel by kernel as the aclnn API named; CANN documents its dtypes and "
+            "chips per API, not in these tables (the report's notes say what the table says of "
+            "the GE operator): only a card shows it"
+        )
     lines.append(f"and {plain} primitives on AI Core kernels or reshapes")
     return "\n".join(lines)
