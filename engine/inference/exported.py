@@ -269,16 +269,20 @@ def load_inference_model(
     kernels); ``num_classes``: the data's class count, which the model must have;
     ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py's ``predict.conf``)."""
     from msdet.engine.cli import apply_described_size
+    from msdet.engine.runtime.device import nms_on_host
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
 
     kernels = rt.kernels if rt is not None else NATIVE
     nms_args = {
-        "on_host": rt is not None and rt.host_nms,
         "conf_thresh": conf_thresh,
         "kernels": kernels,
         "max_boxes": rt.nms_max_boxes if rt is not None else None,
     }
+
+    def host(classes: int) -> bool:  # once the input size is known (from the weights)
+        return rt is not None and nms_on_host(rt, cfg.eval, classes, cfg.eval.img_size)
+
     fmt = weights_format(cfg.ckpt)
     if fmt == "checkpoint":
         from msdet.models.weights import CheckpointError, load_described_detector
@@ -299,7 +303,9 @@ def load_inference_model(
         name = description.model["name"] + " " if description else ""
         return InferenceModel(
             net=InferenceNet(detector),
-            nms=build_nms(cfg.eval, detector.num_classes, **nms_args),
+            nms=build_nms(
+                cfg.eval, detector.num_classes, on_host=host(detector.num_classes), **nms_args
+            ),
             num_classes=detector.num_classes,
             class_names=description.class_names if description else None,
             category_ids=description.category_ids if description else None,
@@ -314,7 +320,7 @@ def load_inference_model(
     apply_export_input(cfg, info, cfg.ckpt, typed)
     nms = exported_nms(info, cfg.ckpt, cfg.eval, typed, conf_thresh)
     if nms is None:
-        nms = build_nms(cfg.eval, info.num_classes, **nms_args)
+        nms = build_nms(cfg.eval, info.num_classes, on_host=host(info.num_classes), **nms_args)
     return InferenceModel(
         net=model,
         nms=nms,

@@ -422,18 +422,23 @@ def apply_jit_level(ms: Any, configured: str | None, chip: ChipProfile) -> tuple
     return level, backend
 
 
-def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> str | None:
+def device_nms_problem(
+    max_boxes: int, num_classes: int = 80, seed: int = 0, settings: dict | None = None
+) -> str | None:
     """Check ``NMSWithMask`` on this device before msdet relies on it: one image of
     ``max_boxes`` candidates through :class:`~msdet.ops.nms.BatchedNMS` on the device and
     through :class:`~msdet.ops.nms.HostNMS`; None when both keep the same detections, else
-    why not (a failed compile or launch, or other detections), for one log line."""
+    why not (a failed compile or launch, or other detections), for one log line.
+    ``settings``: the NMS's (conf_thresh, iou_thresh, max_det, class_agnostic), default
+    YOLOX's evaluation settings."""
     import mindspore as ms
     import numpy as np
 
     from msdet.ops.nms import BatchedNMS, HostNMS, sample_predictions
 
     preds = ms.Tensor(sample_predictions(max_boxes, num_classes, seed))
-    settings = {"conf_thresh": 0.01, "iou_thresh": 0.65, "pre_nms_topk": max_boxes, "max_det": 100}
+    settings = {"conf_thresh": 0.01, "iou_thresh": 0.65, "max_det": 100, **(settings or {}),
+                "pre_nms_topk": max_boxes}  # fmt: skip
     try:
         dets, counts = (t.asnumpy() for t in BatchedNMS(num_classes, **settings)(preds))
     except Exception as err:  # any failure to compile or run here means: not on this device
@@ -449,6 +454,62 @@ def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> 
     if not np.allclose(dets[0, :n], host_dets[0, :n], rtol=1e-5, atol=1e-3):
         return f"NMSWithMask's detections differ from the host's on {max_boxes} candidates"
     return None
+
+
+# device_nms_problem's answers in this process, by the evaluation's settings.
+_NMS_PROBES: dict[tuple, str | None] = {}
+
+
+def evaluation_candidates(pre_nms_topk: int, img_size: Any, strides=(8, 16, 32)) -> int:
+    """How many candidates the evaluation's NMS gets per image: ``eval.pre_nms_topk``, or
+    fewer where the input has fewer anchors (``ops.nms.Candidates``)."""
+    h, w = (int(v) for v in img_size)
+    return min(int(pre_nms_topk), sum((h // s) * (w // s) for s in strides))
+
+
+def nms_on_host(rt: Any, eval_cfg: Any, num_classes: int, img_size: Any) -> bool:
+    """Whether the evaluation's NMS runs on the host: where the chip's profile says so
+    (``rt.host_nms``), else where ``NMSWithMask`` fails :func:`device_nms_problem` on first
+    use, with the evaluation's own settings and candidate count
+    (:func:`evaluation_candidates`). Probed once per process and settings; with several
+    ranks the answer is agreed (one rank's failure sends every rank's NMS to the host), so
+    that every rank's detections come from the same NMS."""
+    if rt.host_nms or rt.device != "Ascend":
+        return bool(rt.host_nms)
+    candidates = evaluation_candidates(eval_cfg.pre_nms_topk, img_size)
+    settings = {"conf_thresh": float(eval_cfg.conf_thresh), "iou_thresh": float(eval_cfg.nms_iou),
+                "max_det": int(eval_cfg.max_det),
+                "class_agnostic": bool(eval_cfg.class_agnostic)}  # fmt: skip
+    key = (candidates, int(num_classes), *sorted(settings.items()))
+    if key not in _NMS_PROBES:
+        _NMS_PROBES[key] = device_nms_problem(candidates, int(num_classes), settings=settings)
+        if _NMS_PROBES[key]:
+            log.warning("%s: NMS runs on the host", _NMS_PROBES[key])
+        else:
+            log.info("NMSWithMask agrees with the host on %d candidates: NMS on the device",
+                     candidates)  # fmt: skip
+    failed = _NMS_PROBES[key] is not None
+    if rt.distributed:
+        failed = any_rank(failed)
+    return failed
+
+
+def any_rank(flag: bool) -> bool:
+    """True when ``flag`` is True on any rank (an all-reduce; every rank must call it)."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    class _Sum(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.reduce = ops.AllReduce()
+
+        def construct(self, x):
+            return self.reduce(x)
+
+    total = _Sum()(ms.Tensor(np.array([float(flag)], np.float32)))
+    return bool(total.asnumpy()[0] > 0.5)
 
 
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:

@@ -42,7 +42,7 @@ class Runtime:
     precision_mode: str | None = None  # Ascend precision mode set at start-up (None: MindSpore's)
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
     cube_fp32: bool = False  # the Ascend chip's matrix unit computes float32 (A2 and later)
-    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask cannot be trusted
+    host_nms: bool = False  # NMS on the host by the chip's profile (else device.nms_on_host)
     nms_max_boxes: int = dev.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
     jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
     backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
@@ -130,11 +130,6 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
             "operator precision mode: %s",
             dev.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
         )
-        if not host_nms:
-            problem = dev.device_nms_problem(chip.nms_max_boxes)
-            if problem:
-                log.warning("%s: NMS runs on the host", problem)
-                host_nms = True
     level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.

@@ -50,7 +50,8 @@ CONSTRAINTS = {
         '"the 2nd-dim of input boxes must be equal to 8"; MindSpore 2.10 builds [N, 5] '
         "and has no pass that pads it",
         "guard": "msdet runs NMSWithMask only after checking it on the device against the "
-        "host NMS (engine.runtime.device.device_nms_problem), else NMS runs on the host",
+        "host NMS on first use, with the evaluation's candidate count (engine.runtime.device."
+        "nms_on_host, device_nms_problem), else NMS runs on the host",
     },
 }
 # Precision modes under which the AI Core may run a float32 operator in float16 when it has
