@@ -3,7 +3,7 @@ that chip's own CANN operator tables, on this CPU.
 
     python -m msdet.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
         [--tables TABLES.json] [--waivers WAIVERS.json] [--json REPORT.json] [--no-values]
-        [key=value ...]
+        [--cards N] [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
 or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
@@ -64,6 +64,7 @@ def run_check(
     values: bool = True,
     img: int = 128,
     waivers_path: str | None = None,
+    cards: int = 8,
 ) -> dict:
     """The check's report: ``{"chips": {chip: {precision_mode, counts}}, "findings": [...],
     "failures": n}``."""
@@ -71,7 +72,7 @@ def run_check(
     from msdet.engine.runtime.process import setup_runtime
     from msdet.tools.chip_check import values as value_ranges
     from msdet.tools.chip_check.cann_tables import load_tables
-    from msdet.tools.chip_check.graphs import chip_runtime, graph_rows
+    from msdet.tools.chip_check.graphs import chip_runtime, distributed_graph, graph_rows
 
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
@@ -83,14 +84,14 @@ def run_check(
     from msdet.engine.runtime.device import resolve_sink
 
     # Data sinking runs the training step on the device (msdet's default on Ascend).
-    sunk = ("train",) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
+    sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
     rows, backends = {}, {}
     for chip in chips:
         chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
         backends[chip] = (chip_rt.jit_level, chip_rt.backend)
         log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
                  *backends[chip])  # fmt: skip
-        rows[chip] = graph_rows(cfg, rt, chip, img=img)
+        rows[chip] = graph_rows(cfg, rt, chip, img=img, cards=cards)
 
     def findings(largest=None):
         out = []
@@ -151,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="chip_check.json", help="the report (JSON)")
     parser.add_argument("--no-values", action="store_true", help="skip the value ranges")
     parser.add_argument("--img", type=int, default=128, help="input size of the graphs built")
+    parser.add_argument("--cards", type=int, default=8,
+                        help="also the data-parallel training step of this many cards (1: none)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="config settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     logs.setup_logging()
     chips = tuple(c.strip() for c in args.chips.split(",") if c.strip())
     report = run_check(
-        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers
+        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers, args.cards
     )
     findings = report.pop("_findings")
     for chip in chips:

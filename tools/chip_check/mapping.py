@@ -39,6 +39,19 @@ CANN_RENAMES = {
     "ArgMaxWithValue": ["ArgMaxV2"],
 }
 
+# HCCL's collectives: no operator table; the data types HCCL's API reference gives per product
+# (CANN 8.0.0 hcclapiref, HcclAllReduce: Atlas training products int8, int32, int64, float16,
+# float32; A2 and A3 also int16 and bfloat16; Atlas 300I Duo int8, int16, int32, float16,
+# float32).
+HCCL = {
+    "HcomAllReduce": {
+        "ascend910": ("int8", "int32", "int64", "float16", "float32"),
+        "ascend910b": ("int8", "int16", "int32", "int64", "float16", "float32", "bfloat16"),
+        "ascend910_93": ("int8", "int16", "int32", "int64", "float16", "float32", "bfloat16"),
+        "ascend310p": ("int8", "int16", "int32", "float16", "float32"),
+    },
+}
+
 
 def load_mapping(path: str | None = None) -> dict:
     """The MindSpore primitive -> CANN operator mapping (and its sources)."""
@@ -48,12 +61,13 @@ def load_mapping(path: str | None = None) -> dict:
 
 def cann_ops_needed(mapping: dict | None = None) -> list[str]:
     """Every CANN operator the mapping can lead to, renames included (what the bundled
-    tables must hold)."""
+    tables must hold; HCCL's collectives have no operator table: :data:`HCCL`)."""
     ops = set()
     for entry in (mapping or load_mapping())["map"].values():
         names = [entry.get("cann_op"), entry.get("cann_op_infer")]
         names += list(entry.get("ge_fallback_expands_to") or [])
-        for name in filter(None, names):
+        names += list(entry.get("backend_split_to") or [])
+        for name in (n for n in names if n and n not in HCCL):
             ops |= {name, *CANN_RENAMES.get(name, [])}
     return sorted(ops)
 

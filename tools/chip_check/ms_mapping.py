@@ -60,6 +60,8 @@ SOURCE_NOTE = (
 WHEEL_ADAPTERS = "lib/plugin/ascend/libmindspore_ascend_res_manager.so"
 WHEEL_ACLNN = "lib/plugin/libmindspore_ops_ascend.so"
 WHEEL_FALLBACK = "lib/libmindspore_backend_common.so"
+WHEEL_GE_BACKEND = "lib/libmindspore_ge_backend.so"
+WHEEL_ASCEND = "lib/plugin/libmindspore_ascend.so.2"  # the kernel-by-kernel Ascend backend
 
 # KBK (O0/O1) ops the Ascend backend gives an RT (no-launch) kernel before any aclop:
 # kernel_select_ascend.cc SelectKernelInfoWithMsg (2.7).
@@ -85,6 +87,15 @@ GE_FALLBACK = {
     "Divs": None,  # no fallback builder in 2.7: GE would fail
     "LessScalar": None,  # op newer than 2.7: unknown
 }
+# Primitives MindSpore's Ascend backend splits before kernel selection, on both backends
+# (backend/common/pass/ir_fission/bn_split.cc SyncBnSplit and bn_grad_split.cc
+# SyncBnGradSplit, added by ge_backend_optimization.cc and by the kernel-by-kernel
+# backend_common_unify_mindir.cc; 2.7 source, read by hand): the GE operators they become.
+BACKEND_SPLIT = {
+    "SyncBatchNorm": ["BNTrainingReduce", "HcomAllReduce", "Mul", "BNTrainingUpdate"],
+    "SyncBatchNormGrad": ["BNTrainingUpdateGrad", "HcomAllReduce", "Mul", "BNTrainingReduceGrad"],
+}
+BACKEND_SPLIT_PASS = {"SyncBatchNorm": "SyncBnSplit", "SyncBatchNormGrad": "SyncBnGradSplit"}
 VIRTUAL = {
     "Depend",
     "Load",
@@ -177,6 +188,10 @@ def wheel_evidence(entry: dict, name: str, binaries: dict) -> dict:
         out["aclnn_string"] = in_binary(binaries["aclnn"], entry["aclnn_kernel"])
     if "ge_fallback_expands_to" in entry:
         out["fallback_string"] = in_binary(binaries["fallback"], name)
+    if name in BACKEND_SPLIT_PASS:  # the pass's class, by its mangled name
+        mangled = f"{len(BACKEND_SPLIT_PASS[name])}{BACKEND_SPLIT_PASS[name]}E".encode()
+        out["split_pass_ge"] = mangled in binaries["ge_backend"]
+        out["split_pass_kbk"] = mangled in binaries["ascend"]
     return out
 
 
@@ -349,7 +364,8 @@ def main():
     used -= VIRTUAL
     binaries = {}
     for key, rel in (("adapters", WHEEL_ADAPTERS), ("aclnn", WHEEL_ACLNN),
-                     ("fallback", WHEEL_FALLBACK)):  # fmt: skip
+                     ("fallback", WHEEL_FALLBACK), ("ge_backend", WHEEL_GE_BACKEND),
+                     ("ascend", WHEEL_ASCEND)):  # fmt: skip
         with open(os.path.join(WHEEL, rel), "rb") as f:
             binaries[key] = f.read()
 
@@ -369,6 +385,8 @@ def main():
             entry["ge_input_map"] = imaps[g["train"]]
         if not g and name in GE_FALLBACK:
             entry["ge_fallback_expands_to"] = GE_FALLBACK[name]
+        if name in BACKEND_SPLIT:
+            entry["backend_split_to"] = BACKEND_SPLIT[name]
         if dd.get("enable"):
             asc = dd.get("ascend")
             entry["aclnn_kernel"] = (
@@ -399,8 +417,11 @@ def main():
             "aclnn_dispatch_*": "KBK (O0/O1) runs it as an aclnn kernel (yaml dispatch enable), so the TBE table is not what decides",
             "aclnn_kernel": "aclnn API (auto-registered) or customize:<KernelMod> (hand-written, may call several aclnn APIs)",
             "wheel_2_10": "the 2.10 wheel's binaries hold the GE op type (ge_op_string), the "
-            "aclnn API (aclnn_string), a fallback expander of this name (fallback_string)",
+            "aclnn API (aclnn_string), a fallback expander of this name (fallback_string), the "
+            "split pass in the GE and kernel-by-kernel backends (split_pass_ge, _kbk)",
             "adapters": "every primitive the sources give a GE adapter: its GE op (training)",
+            "backend_split_to": "the GE operators MindSpore's Ascend backend splits it into "
+            "before kernel selection, on both backends (SyncBnSplit, SyncBnGradSplit)",
         },
     }
     adapters = {name: g["train"] for name, g in sorted(ge.items())}

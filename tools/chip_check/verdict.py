@@ -32,7 +32,7 @@ from typing import Any
 
 from msdet.tools.chip_check.cann_tables import check
 from msdet.tools.chip_check.ir import CONTROL_FLOW
-from msdet.tools.chip_check.mapping import CANN_RENAMES, waiver_for
+from msdet.tools.chip_check.mapping import CANN_RENAMES, HCCL, waiver_for
 
 FLOAT16_MAX = 65504.0
 FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
@@ -197,6 +197,17 @@ def _aclnn(entry: dict) -> tuple[str, str]:
     return own, f"{own} (MindSpore's own kernel over aclnn calls)"
 
 
+def _hccl(op: str, chip: str, dtypes: list[str]) -> tuple[str, str, str]:
+    """(verdict, reason, op) of an HCCL collective from :data:`HCCL`."""
+    dtype = next((tensor_dtype(d) for d in dtypes if tensor_dtype(d)), None)
+    allowed = HCCL[op].get(chip)
+    if allowed is None:
+        return "unverified", f"HCCL's reference names no {op} data types for {chip}", op
+    if dtype in allowed:
+        return "hccl", f"HCCL collective: {dtype} is one of its data types on {chip}", op
+    return "none", f"HCCL's {op} takes {', '.join(allowed)} on {chip}, not {dtype}", op
+
+
 def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend="ge") -> Finding:
     """:func:`judge` before waivers."""
     entry = mapping["map"].get(row.prim, {})
@@ -228,11 +239,12 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
             ge = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
             finding.notes.append(f"as a GE operator ({ge.cann_op}): {ge.verdict}, {ge.reason}")
         return finding
-    ops = (
-        [entry["cann_op"]]
-        if entry.get("cann_op")
-        else list(entry.get("ge_fallback_expands_to") or [])
-    )
+    if entry.get("backend_split_to"):
+        ops = list(entry["backend_split_to"])
+    elif entry.get("cann_op"):
+        ops = [entry["cann_op"]]
+    else:
+        ops = list(entry.get("ge_fallback_expands_to") or [])
     if not ops:
         finding.verdict = "unverified"
         finding.reason = (
@@ -248,6 +260,9 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
     narrowing = precision_mode in NARROWING_MODES
     verdicts = []
     for op in ops:
+        if op in HCCL:
+            verdicts.append(_hccl(op, chip, row.dtypes))
+            continue
         best = None
         for name in [op, *CANN_RENAMES.get(op, [])]:
             per_chip = (tables.get(name) or {}).get(chip)
@@ -291,7 +306,8 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
 
 
 _RANK = {"none": 0, "overflows": 0, "unmapped": 0, "control-flow": 0, "unverified": 0,
-         "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3, "unknown": 4}  # fmt: skip
+         "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3, "hccl": 3,
+         "unknown": 4}  # fmt: skip
 # The order of a chip's table: what fails first.
 TABLE_ORDER = ("none", "overflows", "unmapped", "control-flow", "unverified", "waived", "guarded",
                "aicpu", "aicore(fp16)", "aclnn", "unknown")  # fmt: skip

@@ -45,7 +45,7 @@ def test_the_chips_backends_are_msdets_and_a_configured_level_wins():
 
 
 def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128: list(ROWS))
+    monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128, cards=1: list(ROWS))
     monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
     report = tmp_path / "report.json"
     status = chip_check.main(["--chips", "ascend910,ascend910b", "--no-values", "--json",

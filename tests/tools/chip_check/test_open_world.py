@@ -74,7 +74,7 @@ def test_the_mapping_records_its_mindspore_source_and_what_the_2_10_wheel_confir
 def test_the_command_exits_1_on_an_injected_unknown_primitive(monkeypatch, tmp_path, capsys):
     rows = [Row("train", "Conv2D", ["float32", "float32"], [[2, 3, 8, 8], [4, 3, 3, 3]], 2),
             Row("train", "ResizeNearestNeighbor", ["float32"], [[2, 4, 8, 8]], 1)]  # fmt: skip
-    monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128: list(rows))
+    monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128, cards=1: list(rows))
     report = tmp_path / "report.json"
     status = chip_check.main(["--chips", "ascend910b", "--no-values", "--json", str(report)])
     out = capsys.readouterr().out
