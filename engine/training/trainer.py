@@ -48,6 +48,7 @@ from msdet.engine.training.callbacks.records import (
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
 from msdet.engine.training.checkpoints import CheckpointManager, restore_training_state
 from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
+from msdet.engine.training.graphs import compile_budget, describe_budget
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
     MultiScaleSchedule,
@@ -167,6 +168,10 @@ def run_training(cfg: Any, rt: Runtime) -> dict[str, Any]:
         buckets=buckets,
     )
     _log_plan(cfg, rt, plan, img_size)
+    ms_range = multiscale_settings(tcfg)[0]
+    sizes = 1 if ms_range == 0 else len(all_sizes(img_size, ms_range))
+    device_nms = rt.device == "Ascend" and not rt.host_nms
+    log.info("%s", describe_budget(compile_budget(sizes, len(buckets), device_nms, rt.backend)))
     if start_epoch >= plan.epochs:
         return _finished_run(rt, evaluation, plan.epochs)
 
