@@ -193,6 +193,8 @@ def _aclnn(entry: dict) -> tuple[str, str]:
     apis = entry.get("aclnn_apis_called") or ([kernel] if kernel.startswith("aclnn") else [])
     if apis:
         return apis[0], ", ".join(apis)
+    if kernel == "aclnn":  # dispatched in the 2.10 wheel, unnamed in the older sources
+        return "aclnn", "an aclnn kernel (the 2.10 wheel dispatches it; its API is not named)"
     own = kernel.removeprefix("customize:")
     return own, f"{own} (MindSpore's own kernel over aclnn calls)"
 

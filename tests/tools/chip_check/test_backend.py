@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+
+import pytest
 
 from msdet.tools.chip_check import __main__ as chip_check
 from msdet.tools.chip_check import graphs
 from msdet.tools.chip_check.cann_tables import load_tables
 from msdet.tools.chip_check.mapping import load_mapping
 from msdet.tools.chip_check.verdict import FAILING, Row, judge
+from tests.support import ROOT
 
 TABLES, MAPPING = load_tables(), load_mapping()
 ROWS = [Row("train", "Sub", ["float32", "float32"], [[2, 8], [2, 8]], 3),
@@ -62,3 +68,26 @@ def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_pa
     assert verdicts[("ascend910b", "Sub")] == "aclnn"
     assert verdicts[("ascend910", "Divs")] == "unverified" and status == 1
     assert verdicts[("ascend910b", "Divs")] == "aclnn"
+
+
+@pytest.mark.slow
+def test_the_check_passes_at_amp_o0_on_both_training_chips(tmp_path):
+    """What bench/device.py --settings mindyolo runs: AMP O0 (float32 graphs), each chip on
+    its backend (the default O2 run, with the 8-card graph: tests/tools/test_chip_check.py)."""
+    report = tmp_path / "chip_check.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "msdet.tools.chip_check", "--chips", "ascend910,ascend910b",
+         "--cards", "1", "--no-values", "--json", str(report), "runtime.amp=O0"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=2400,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(report.read_text())
+    chips = result["chips"]
+    assert chips["ascend910"]["backend"] == "GE graph sink"
+    assert chips["ascend910b"]["backend"] == "kernel by kernel"
+    assert chips["ascend910b"]["counts"]["aclnn"] > 0
+    # float32 convolutions on the 910A's cube run in float16 under its precision mode
+    narrowed = {f["prim"] for f in result["findings"]
+                if f["chip"] == "ascend910" and f["verdict"] == "aicore(fp16)"}  # fmt: skip
+    assert "Conv2D" in narrowed
