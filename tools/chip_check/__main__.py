@@ -119,7 +119,7 @@ def run_check(
     if values and narrowed:
         log.info("measuring the inputs of %d primitives run in float16: %s", len(narrowed),
                  ", ".join(narrowed))  # fmt: skip
-        result = findings(value_ranges.measure(narrowed))
+        result = findings(value_ranges.measure(narrowed, img=img, overrides=overrides))
     counts = summarise(result)
     return {
         "tables": tables["_meta"],

@@ -82,7 +82,7 @@ def graph_rows(
     rows: list[Row] = []
 
     def add(graph: str, cell, *inputs) -> None:
-        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs):
+        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs, by_cell=True):
             rows.append(Row(graph, prim, dtypes, shapes, count, scope))
 
     images = ms.Tensor(np.zeros((batch, 3, img, img), np.float32))

@@ -31,8 +31,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from msdet.tools.chip_check.cann_tables import check
-from msdet.tools.chip_check.ir import CONTROL_FLOW
+from msdet.tools.chip_check.ir import CONTROL_FLOW, cell_path
 from msdet.tools.chip_check.mapping import CANN_RENAMES, HCCL, waiver_for
+from msdet.tools.chip_check.values import largest_for
 
 FLOAT16_MAX = 65504.0
 FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
@@ -145,7 +146,8 @@ def judge(
     sunk: tuple[str, ...] = (),
 ) -> Finding:
     """The verdict on ``row`` for ``chip`` under ``precision_mode``. ``largest``: the
-    largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
+    largest magnitude operators' inputs reached on CPU, keyed per operator instance, type
+    and shape, or type (:func:`.values.value_key`; the most specific applies); ``guarded``:
     graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them;
     ``waivers``: accepted findings (:func:`.mapping.load_waivers`), which turn a failing
     verdict into ``waived``; ``backend``: ``ge`` (jit level O2: the GE adapters' operators,
@@ -296,8 +298,13 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
                 f"input {shape} where CANN's kernel takes [N, {constraint['last_dim']}] "
                 f"({constraint['source']})" + (f"; {constraint['guard']}" if guard else "")
             )
-    if finding.verdict == "aicore(fp16)" and largest is not None and row.prim in largest:
-        finding.largest = float(largest[row.prim])
+    measured, level = (None, None)
+    if finding.verdict == "aicore(fp16)" and largest is not None:
+        first = row.shapes[0] if row.shapes else None
+        measured, level = largest_for(largest, row.prim, first, cell_path(row.scope))
+    if measured is not None:
+        finding.largest = float(measured)
+        finding.notes.append(f"inputs measured at this operator's {level}")
         if finding.largest > FLOAT16_MAX:
             finding.verdict = "overflows"
             finding.reason = (
