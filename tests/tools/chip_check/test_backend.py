@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +14,6 @@ from msdet.tools.chip_check import graphs
 from msdet.tools.chip_check.cann_tables import load_tables
 from msdet.tools.chip_check.mapping import load_mapping
 from msdet.tools.chip_check.verdict import FAILING, Row, judge
-from tests.support import ROOT
 
 TABLES, MAPPING = load_tables(), load_mapping()
 ROWS = [Row("train", "Sub", ["float32", "float32"], [[2, 8], [2, 8]], 3),
@@ -79,7 +77,6 @@ def test_the_check_passes_at_amp_o0_on_both_training_chips(tmp_path):
         [sys.executable, "-m", "msdet.tools.chip_check", "--chips", "ascend910,ascend910b",
          "--cards", "1", "--no-values", "--json", str(report), "runtime.amp=O0"],
         cwd=tmp_path, capture_output=True, text=True, timeout=2400,
-        env={**os.environ, "PYTHONPATH": ROOT},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(report.read_text())
