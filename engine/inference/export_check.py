@@ -36,6 +36,7 @@ def compare_on_val(
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
     from msdet.engine.inference.exported import ExportedModel, exported_nms, score_labels
+    from msdet.engine.runtime.device import nms_on_host
     from msdet.models.description import ClassMismatchError
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
@@ -66,7 +67,8 @@ def compare_on_val(
         )
         return {"skipped": str(err)}
     nms_args = {
-        "on_host": rt is not None and rt.host_nms,
+        "on_host": rt is not None
+        and nms_on_host(rt, cfg.eval, detector.num_classes, cfg.eval.img_size),
         "kernels": rt.kernels if rt is not None else NATIVE,
         "max_boxes": rt.nms_max_boxes if rt is not None else None,
     }

@@ -294,16 +294,20 @@ def load_inference_model(
     carries. ``rt``: the process's Runtime (None: NMS on the device, no CPU
     kernels); ``num_classes``: the data's class count, which the model must have;
     ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py's ``predict.conf``)."""
+    from msdet.engine.runtime.device import nms_on_host
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
 
     kernels = rt.kernels if rt is not None else NATIVE
     nms_args = {
-        "on_host": rt is not None and rt.host_nms,
         "conf_thresh": conf_thresh,
         "kernels": kernels,
         "max_boxes": rt.nms_max_boxes if rt is not None else None,
     }
+
+    def host(classes: int, img_size: tuple[int, int]) -> bool:  # once the model is known
+        return rt is not None and nms_on_host(rt, cfg.eval, classes, img_size)
+
     fmt = weights_format(cfg.ckpt)
     if fmt == "checkpoint":
         from msdet.models.weights import CheckpointError, load_described_detector
@@ -321,15 +325,17 @@ def load_inference_model(
                 "python -m msdet.models.convert_pytorch"
             ) from err
         described = description.input_size if description else None
+        img_size = inference_size(cfg, typed, described=described, path=cfg.ckpt)
         name = description.model["name"] + " " if description else ""
+        on_host = host(detector.num_classes, img_size)
         return InferenceModel(
             net=InferenceNet(detector),
-            nms=build_nms(cfg.eval, detector.num_classes, **nms_args),
+            nms=build_nms(cfg.eval, detector.num_classes, on_host=on_host, **nms_args),
             num_classes=detector.num_classes,
             class_names=description.class_names if description else None,
             category_ids=description.category_ids if description else None,
             summary=f"{name}{'EMA' if used_ema else 'raw'} weights",
-            img_size=inference_size(cfg, typed, described=described, path=cfg.ckpt),
+            img_size=img_size,
             batch_size=int(cfg.eval.batch_size),
         )
     model = ExportedModel(cfg.ckpt)
@@ -341,7 +347,9 @@ def load_inference_model(
     img_size = inference_size(cfg, typed, fixed=info.img_size, path=cfg.ckpt)
     nms = exported_nms(info, cfg.ckpt, cfg.eval, typed, conf_thresh)
     if nms is None:
-        nms = build_nms(cfg.eval, info.num_classes, **nms_args)
+        nms = build_nms(
+            cfg.eval, info.num_classes, on_host=host(info.num_classes, img_size), **nms_args
+        )
     return InferenceModel(
         net=model,
         nms=nms,

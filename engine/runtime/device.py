@@ -64,6 +64,13 @@ KEEP_DTYPE = "must_keep_origin_dtype"
 SOC_CLASSIC_OVERFLOW = "amp_loss_scale_train_classic_target"
 SOC_A2 = "train_hq_dtype_line"
 OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+# MindSpore 2.10's own default jit level on Ascend (MsContext::GetJitLevel in
+# libmindspore_core.so): with none set, a graph compiles at O2 (GE's whole-graph sink) where
+# the SoC has this feature and at O0 (kernel by kernel, the ms_backend) elsewhere. In 2.10's
+# SoC table (the same library) only ascend910, the Atlas training series, has it; 2.7's
+# source tested the SoC name (ms_context.cc). A rank-table launch forces O2 on every chip.
+SOC_JIT_O2_DEFAULT = "jit_level_o2_default_ascend_jit"
+JIT_BACKENDS = {"O0": "kernel by kernel", "O1": "kernel by kernel", "O2": "GE graph sink"}
 
 
 # NMSWithMask's box limits per call: MindSpore's operator takes at most 2,864; the A2's
@@ -83,8 +90,13 @@ class ChipProfile:
     float16's spacing at 2,048 px is 2 px, so suppression would silently differ. Where NMS
     runs on the device, :func:`device_nms_problem` still checks it on first use.
     ``nms_max_boxes``: candidates per ``NMSWithMask`` call whose indices the chip computes
-    exactly. ``default_jit_level``: MindSpore's choice when ``runtime.jit_level`` is unset
-    (GE graph sink on the Atlas training series, kernel by kernel elsewhere).
+    exactly. ``default_jit_level``: the jit level msdet sets when ``runtime.jit_level`` is
+    unset, MindSpore 2.10's own default for the chip (:data:`SOC_JIT_O2_DEFAULT`): O2, GE's
+    graph sink, on the Atlas training series, where MindSpore still defaults to GE and
+    MindYOLO's published YOLOX runs used it; O0, kernel by kernel (aclnn kernels where
+    MindSpore dispatches to them), elsewhere. GE is deprecated since MindSpore 2.9
+    (``mindspore.jit``'s docstring), so msdet sets the level explicitly instead of relying on
+    a default that may move.
     """
 
     soc: str  # MindSpore's name for it (MSContext.get_ascend_soc_version), for reports
@@ -102,17 +114,26 @@ class ChipProfile:
             f"{'float-status register' if self.float_status else 'gradients'}, "
             f"NMS on the {'host' if self.host_nms else 'device'}"
             + ("" if self.host_nms else f" (<= {self.nms_max_boxes} boxes per call)")
+            + f", jit level {self.default_jit_level} ({JIT_BACKENDS[self.default_jit_level]}) "
+            "unless runtime.jit_level sets one"
         )
 
 
-def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | None) -> ChipProfile:
-    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW` and
-    :data:`SOC_A2` (and the overflow mode set in the environment).
+def chip_profile(
+    soc: str,
+    classic: bool,
+    hq_dtype: bool,
+    overflow_mode: str | None,
+    jit_o2_default: bool | None = None,
+) -> ChipProfile:
+    """The profile of a chip from MindSpore's answers to :data:`SOC_CLASSIC_OVERFLOW`,
+    :data:`SOC_A2` and :data:`SOC_JIT_O2_DEFAULT` (None: as ``classic``, the SoC MindSpore
+    2.10 gives both features), and the overflow mode set in the environment.
 
     - A2 and later (``hq_dtype``): NMS on the device (its ``NMSLargeN`` kernel takes
       float32; its static path indexes in float16, so at most 2,048 boxes per call).
-    - The Atlas training series (``classic``): NMS on the host; MindSpore compiles whole
-      graphs through GE (jit level O2) by default there.
+    - The Atlas training series (``classic``): NMS on the host; whole graphs through GE
+      (jit level O2), MindSpore 2.10's default there.
     - Anything else (an inference chip, a chip MindSpore answers neither for): NMS on the
       host (correct everywhere, slower).
 
@@ -126,7 +147,7 @@ def chip_profile(soc: str, classic: bool, hq_dtype: bool, overflow_mode: str | N
         float_status=float_status_register(bool(classic), bool(hq_dtype), overflow_mode),
         host_nms=not cube_fp32,
         nms_max_boxes=NMS_MAX_BOXES_FLOAT16_INDEX if cube_fp32 else NMS_MAX_BOXES,
-        default_jit_level="O2" if classic else "O0",
+        default_jit_level="O2" if (classic if jit_o2_default is None else jit_o2_default) else "O0",
     )
 
 
@@ -140,6 +161,7 @@ def ascend_chip() -> ChipProfile:
         ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
         ctx.ascend_soc_supports_feature(SOC_A2),
         os.environ.get(OVERFLOW_MODE_VAR),
+        ctx.ascend_soc_supports_feature(SOC_JIT_O2_DEFAULT),
     )
 
 
@@ -372,11 +394,12 @@ def precision_mode_in_effect() -> str:
 def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
     """(jit level, how MindSpore runs it) on this device: the configured level, else the
     chip's default; O2 is GE's whole-graph sink, O0/O1 kernel by kernel (rank-table
-    launches run GE whatever is configured)."""
+    launches run GE whatever is configured: MsContext::GetJitLevel, 2.7 source and the 2.10
+    binary's "Set jit level to O2 for rank table startup method")."""
     level = configured or (chip.default_jit_level if chip else "O0")
     if chip is not None and os.environ.get("RANK_TABLE_FILE"):
         level = "O2"
-    backend = "GE graph sink" if level == "O2" and chip is not None else "kernel by kernel"
+    backend = JIT_BACKENDS[level] if chip is not None else "kernel by kernel"
     return level, backend
 
 
@@ -402,18 +425,42 @@ def jit_loop_level(configured: str | None, chip: ChipProfile | None) -> tuple[st
     return level, "kernel by kernel"
 
 
-def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> str | None:
+def apply_jit_level(ms: Any, configured: str | None, chip: ChipProfile) -> tuple[str, str]:
+    """Set the jit level on an Ascend chip explicitly (the configured one, else the chip's
+    default: :attr:`ChipProfile.default_jit_level`) and log it with how MindSpore runs it;
+    returns :func:`jit_level_in_effect`."""
+    level, backend = jit_level_in_effect(configured, chip)
+    if not configured:
+        ms.set_context(jit_config={"jit_level": chip.default_jit_level})
+    why = (
+        "runtime.jit_level"
+        if configured
+        else f"MindSpore 2.10's default for this chip ({SOC_JIT_O2_DEFAULT}: "
+        f"{'yes' if chip.default_jit_level == 'O2' else 'no'})"
+    )
+    if os.environ.get("RANK_TABLE_FILE"):
+        why = "a rank-table launch: MindSpore compiles at O2 whatever is set"
+    log.info("jit level %s on %s: %s, from %s", level, chip.soc, backend, why)
+    return level, backend
+
+
+def device_nms_problem(
+    max_boxes: int, num_classes: int = 80, seed: int = 0, settings: dict | None = None
+) -> str | None:
     """Check ``NMSWithMask`` on this device before msdet relies on it: one image of
     ``max_boxes`` candidates through :class:`~msdet.ops.nms.BatchedNMS` on the device and
     through :class:`~msdet.ops.nms.HostNMS`; None when both keep the same detections, else
-    why not (a failed compile or launch, or other detections), for one log line."""
+    why not (a failed compile or launch, or other detections), for one log line.
+    ``settings``: the NMS's (conf_thresh, iou_thresh, max_det, class_agnostic), default
+    YOLOX's evaluation settings."""
     import mindspore as ms
     import numpy as np
 
     from msdet.ops.nms import BatchedNMS, HostNMS, sample_predictions
 
     preds = ms.Tensor(sample_predictions(max_boxes, num_classes, seed))
-    settings = {"conf_thresh": 0.01, "iou_thresh": 0.65, "pre_nms_topk": max_boxes, "max_det": 100}
+    settings = {"conf_thresh": 0.01, "iou_thresh": 0.65, "max_det": 100, **(settings or {}),
+                "pre_nms_topk": max_boxes}  # fmt: skip
     try:
         dets, counts = (t.asnumpy() for t in BatchedNMS(num_classes, **settings)(preds))
     except Exception as err:  # any failure to compile or run here means: not on this device
@@ -429,6 +476,62 @@ def device_nms_problem(max_boxes: int, num_classes: int = 80, seed: int = 0) -> 
     if not np.allclose(dets[0, :n], host_dets[0, :n], rtol=1e-5, atol=1e-3):
         return f"NMSWithMask's detections differ from the host's on {max_boxes} candidates"
     return None
+
+
+# device_nms_problem's answers in this process, by the evaluation's settings.
+_NMS_PROBES: dict[tuple, str | None] = {}
+
+
+def evaluation_candidates(pre_nms_topk: int, img_size: Any, strides=(8, 16, 32)) -> int:
+    """How many candidates the evaluation's NMS gets per image: ``eval.pre_nms_topk``, or
+    fewer where the input has fewer anchors (``ops.nms.Candidates``)."""
+    h, w = (int(v) for v in img_size)
+    return min(int(pre_nms_topk), sum((h // s) * (w // s) for s in strides))
+
+
+def nms_on_host(rt: Any, eval_cfg: Any, num_classes: int, img_size: Any) -> bool:
+    """Whether the evaluation's NMS runs on the host: where the chip's profile says so
+    (``rt.host_nms``), else where ``NMSWithMask`` fails :func:`device_nms_problem` on first
+    use, with the evaluation's own settings and candidate count
+    (:func:`evaluation_candidates`). Probed once per process and settings; with several
+    ranks the answer is agreed (one rank's failure sends every rank's NMS to the host), so
+    that every rank's detections come from the same NMS."""
+    if rt.host_nms or rt.device != "Ascend":
+        return bool(rt.host_nms)
+    candidates = evaluation_candidates(eval_cfg.pre_nms_topk, img_size)
+    settings = {"conf_thresh": float(eval_cfg.conf_thresh), "iou_thresh": float(eval_cfg.nms_iou),
+                "max_det": int(eval_cfg.max_det),
+                "class_agnostic": bool(eval_cfg.class_agnostic)}  # fmt: skip
+    key = (candidates, int(num_classes), *sorted(settings.items()))
+    if key not in _NMS_PROBES:
+        _NMS_PROBES[key] = device_nms_problem(candidates, int(num_classes), settings=settings)
+        if _NMS_PROBES[key]:
+            log.warning("%s: NMS runs on the host", _NMS_PROBES[key])
+        else:
+            log.info("NMSWithMask agrees with the host on %d candidates: NMS on the device",
+                     candidates)  # fmt: skip
+    failed = _NMS_PROBES[key] is not None
+    if rt.distributed:
+        failed = any_rank(failed)
+    return failed
+
+
+def any_rank(flag: bool) -> bool:
+    """True when ``flag`` is True on any rank (an all-reduce; every rank must call it)."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn, ops
+
+    class _Sum(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.reduce = ops.AllReduce()
+
+        def construct(self, x):
+            return self.reduce(x)
+
+    total = _Sum()(ms.Tensor(np.array([float(flag)], np.float32)))
+    return bool(total.asnumpy()[0] > 0.5)
 
 
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:

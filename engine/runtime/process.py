@@ -46,7 +46,7 @@ class Runtime:
     precision_mode: str | None = None  # Ascend precision mode set at start-up (None: MindSpore's)
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
     cube_fp32: bool = False  # the Ascend chip's matrix unit computes float32 (A2 and later)
-    host_nms: bool = False  # NMS on the host: the chip's NMSWithMask cannot be trusted
+    host_nms: bool = False  # NMS on the host by the chip's profile (else device.nms_on_host)
     nms_max_boxes: int = dev.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
     jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
     backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
@@ -138,6 +138,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     chip = dev.ascend_chip() if device == "Ascend" else None
     precision, host_nms = None, chip is not None and chip.host_nms
     if chip is not None:
+        if loop == "model":  # the jit loop's level: dev.jit_loop_level (never GE's O2)
+            dev.apply_jit_level(ms, cfg.jit_level or jit_level, chip)
         precision = dev.resolve_precision_mode(cfg.precision_mode, chip)
         dev.apply_precision_mode(ms, precision)
         log.info("%s", chip.describe())
@@ -145,11 +147,6 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
             "operator precision mode: %s",
             dev.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
         )
-        if not host_nms:
-            problem = dev.device_nms_problem(chip.nms_max_boxes)
-            if problem:
-                log.warning("%s: NMS runs on the host", problem)
-                host_nms = True
     if loop == "jit":
         level, backend = dev.jit_loop_level(cfg.jit_level or jit_level, chip)
     else:

@@ -47,3 +47,44 @@ def compile_graph(network, inputs: Sequence) -> float:
     seconds = time.perf_counter() - started
     release_free_heap()  # the compiler's garbage, before the step allocates
     return seconds
+
+
+# MindYOLO's published graph compile times of YOLOX training graphs at jit level O2 (GE's
+# whole-graph compile; the README of MindYOLO's YOLOX configs, MindSpore 2.5): 202 s (nano 416 px and
+# s 640 px, 910A), 305 s (s 640 px, 910B), and 170-341 s per scale on the 910 in its logs.
+GE_TRAIN_GRAPH_SECONDS = (170, 341)
+
+
+def compile_budget(train_sizes: int, buckets: int, device_nms: bool, backend: str) -> dict:
+    """The graphs a training run compiles, by kind, and what they cost at jit level O2.
+
+    ``train``: one per input size (multi-scale) and target bucket, each compiled on first
+    use; ``eval``: the evaluation network and its NMS (or the NMS's candidate stage where
+    NMS runs on the host); ``nms_check``: the device NMS and the host NMS's candidates of
+    the first-use check (``engine.runtime.device.nms_on_host``), where NMS may run on the
+    device. ``seconds``: (low, high) for the training graphs at O2 from MindYOLO's figures
+    (:data:`GE_TRAIN_GRAPH_SECONDS`); None kernel by kernel, where nobody published one
+    (operators compile or load on first launch instead)."""
+    counts = {"train": int(train_sizes) * max(1, int(buckets)), "eval": 2,
+              "nms_check": 2 if device_nms else 0}  # fmt: skip
+    seconds = None
+    if backend == "GE graph sink":
+        seconds = tuple(counts["train"] * s for s in GE_TRAIN_GRAPH_SECONDS)
+    return {**counts, "total": sum(counts.values()), "train_seconds": seconds}
+
+
+def describe_budget(budget: dict) -> str:
+    """One log line for :func:`compile_budget`."""
+    text = (
+        f"graphs to compile: {budget['train']} training (input sizes x target buckets, each "
+        f"on first use), {budget['eval']} evaluation"
+        + (f", {budget['nms_check']} for the NMS check" if budget["nms_check"] else "")
+    )
+    if budget["train_seconds"]:
+        low, high = budget["train_seconds"]
+        text += (
+            f"; at jit level O2 YOLOX training graphs took {GE_TRAIN_GRAPH_SECONDS[0]}-"
+            f"{GE_TRAIN_GRAPH_SECONDS[1]} s each in MindYOLO's runs: {low / 60:.0f}-"
+            f"{high / 60:.0f} min over the run"
+        )
+    return text

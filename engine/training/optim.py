@@ -11,6 +11,22 @@ from mindspore import Tensor, nn, ops
 from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 from msdet.ops.sgd import flat_sgd_op
 
+_sgd_step = ops.MultitypeFuncGraph("sgd_step")
+
+
+@_sgd_step.register("Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Function")
+def _sgd_step_one(momentum, lr, gradient, weight, accum, stat, opt):
+    return ops.depend(True, opt(weight, gradient, lr, accum, momentum, stat))
+
+
+_gate = ops.MultitypeFuncGraph("gate")
+
+
+@_gate.register("Tensor", "Tensor")
+def _gate_one(keep, gradient):
+    # A select, not a product: a non-finite gradient times 0 would still be NaN.
+    return ops.select(ops.broadcast_to(keep, gradient.shape), gradient, ops.zeros_like(gradient))
+
 
 def split_decay_params(network: nn.Cell) -> tuple[list, list]:
     """(conv/linear weights, everything else trainable): weight decay applies to the first.
@@ -83,6 +99,16 @@ class DecayInKernelSGD(nn.SGD):
     Given msdet's kernel library (``library``: ``CpuKernels.library_for("sgd")``), all
     parameters are updated by one operator instead (``ops.sgd``), with the same arithmetic and the same
     Parameters.
+
+    ``construct(gradients, keep)`` with a boolean ``keep`` makes the update a select on its
+    inputs, not a graph branch (``engine.training.step`` skips non-finite steps with it, in
+    graphs that data sinking runs on the device): where ``keep`` is False the rate and the
+    momentum are 0 and the gradients 0. MindSpore's ``SGD`` (``sgd_cpu_kernel.cc``: the
+    momentum buffer and first-step flag are written only when momentum > 0), CANN's
+    (``impl/sgd.py``: ``accum`` and ``stat`` written only where momentum != 0) and msdet's
+    kernel then leave every Parameter as it was; the step counter advances either way, as
+    YOLOX's schedule counts skipped iterations. Where ``keep`` is True the inputs are
+    passed through unchanged: the same update, bit for bit.
     """
 
     def __init__(self, params, library: str | None = None, **kwargs):
@@ -101,15 +127,35 @@ class DecayInKernelSGD(nn.SGD):
             )
             self.flat_decays = Tensor(np.array(decays, np.float32))
 
-    def construct(self, gradients):
-        if self.flat is None:
+    def construct(self, gradients, keep=None):
+        if keep is None and self.flat is None:
             return super().construct(gradients)
         lr = self.get_lr()
+        momentum = self.momentum
+        if keep is not None:
+            lr = (
+                self.hyper_map(ops.partial(_gate, keep), lr)
+                if self.is_group_lr
+                else (_gate_one(keep, lr))
+            )
+            momentum = _gate_one(keep, momentum)
+        if self.flat is None:
+            # nn.SGD's update with the rate and momentum given (the decay pass is off, see
+            # above); gradients zeroed where skipped, so that no NaN reaches a weight.
+            gradients = self.hyper_map(ops.partial(_gate, keep), gradients)
+            gradients = self.gradients_centralization(gradients)
+            gradients = self.scale_grad(gradients)
+            self.assignadd(self.global_step, self.global_step_increase_tensor)
+            if self.is_group_lr:
+                return self.hyper_map_reverse(ops.partial(_sgd_step, momentum), lr, gradients,
+                                              self._parameters, self.accum, self.stat, self.opt)  # fmt: skip
+            return self.hyper_map_reverse(ops.partial(_sgd_step, momentum, lr), gradients,
+                                          self._parameters, self.accum, self.stat, self.opt)  # fmt: skip
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         dampening, nesterov = self.flat_settings
         return self.flat(
             lr,
-            self.momentum,
+            momentum,
             dampening,
             nesterov,
             self.flat_decays,

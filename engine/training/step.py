@@ -9,8 +9,11 @@ Overflow handling follows MindSpore's own loss-scale cell (``mindspore/nn/wrap/l
 where the device reports overflow through its float-status register (the Atlas training
 series), the register is cleared before the step (forward and backward are one graph here)
 and read and cleared after the backward pass; the overflow flag is then summed over the
-ranks, so every rank skips the same steps and the weights stay identical. A skipped step still advances the learning-rate schedule and the EMA, as every
-iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.training.step_stats``).
+ranks, so every rank skips the same steps and the weights stay identical. The skip is a
+select on the update's inputs (``DecayInKernelSGD``), not a branch as in MindSpore's own
+loss-scale cell: a graph that data sinking runs on the device then holds no control flow
+(with ``accumulate`` > 1 the window's last call still branches). A skipped step still
+advances the learning-rate schedule and the EMA, as every iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.training.step_stats``).
 
 Gradient accumulation (``accumulate`` = k > 1): the Cell is called once per micro-batch
 and one optimizer step spans k calls, a *window*. Each call adds its (rank-averaged,
@@ -307,15 +310,12 @@ class TrainStep(nn.Cell):
         grads = self._unscaled_clipped(grads, scale, self.unscale)
         if self.check_overflow:
             finite = self._all_ranks_finite(grads, losses[0], status)
-            # Before the branch: a Parameter first touched after graph control flow no
-            # longer sees the host's set_data (measured with MindSpore 2.10).
             finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
-            if finite:
-                self.optimizer(grads)
-            else:
-                # YOLOX's scheduler and EMA count every iteration, skipped or not.
-                step = self.optimizer.global_step
-                ops.assign_add(step, ops.ones_like(step))
+            # A select on the update's inputs, no graph branch (control flow in a graph that
+            # data sinking runs on the device is a common first-run failure): a step that is
+            # not finite updates no Parameter, and still advances the step counter, as
+            # YOLOX's scheduler and EMA count every iteration.
+            self.optimizer(grads, finite)
         else:
             finite = ms.Tensor(True)
             finite = ops.depend(finite, self.stats(losses, ops.logical_not(finite)))
@@ -352,7 +352,9 @@ class TrainStep(nn.Cell):
             finite = ms.Tensor(True)
         skipped = ops.logical_and(closes, ops.logical_not(finite))
         report = tuple(means[i] for i in range(6))
-        # Before the branch (see construct): one statistics step per window, on its last call.
+        # Before the branch, one statistics step per window, on its last call: a Parameter
+        # first touched after graph control flow no longer sees the host's set_data
+        # (measured with MindSpore 2.10).
         closes = ops.depend(closes, self.stats(report, skipped, closes))
         if closes:
             if not self.check_overflow or finite:

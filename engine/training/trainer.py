@@ -54,6 +54,7 @@ from msdet.engine.training.fine_tuning import (
     freeze_level_code,
     prepare_fine_tuning,
 )
+from msdet.engine.training.graphs import compile_budget, describe_budget
 from msdet.engine.training.jit_loop import JitTrainLoop, check_jit_sink
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
@@ -189,6 +190,10 @@ def run_training(
         buckets=buckets,
     )
     _log_plan(cfg, rt, plan, fine_tuning.start)
+    ms_range = multiscale_settings(tcfg)[0]
+    sizes = 1 if ms_range == 0 else len(all_sizes(img_size, ms_range))
+    device_nms = rt.device == "Ascend" and not rt.host_nms
+    log.info("%s", describe_budget(compile_budget(sizes, len(buckets), device_nms, rt.backend)))
     if start_epoch >= plan.epochs:
         return _finished_run(rt, evaluation, plan.epochs, accepted)
     if accepted is not None:

@@ -16,6 +16,10 @@
 //   weight = weight - lr * g
 // Contracting a product and a sum into one fused multiply-add would round once where
 // MindSpore rounds twice, so this file is compiled without contraction (pragma below).
+// A rate and a momentum both 0 change nothing (the momentum buffers and flags are left alone
+// without momentum, the weights by a zero rate): the kernel returns at once, which also keeps
+// a non-finite gradient out of the weights. That is how a training step skips an update
+// without a graph branch (engine/training/optim.py, DecayInKernelSGD).
 //
 // Inputs (float32): lr [1] or [], momentum [1] or [], dampening [1] or [], nesterov [1] or []
 // (0 or 1), decay [n], then n gradients, the n weights, their n accumulators, their n stats
@@ -80,6 +84,10 @@ extern "C" int FlatSGD(int nparam, void **params, int *ndims, int64_t **shapes,
   const float dampening = *static_cast<const float *>(params[2]);
   const bool nesterov = *static_cast<const float *>(params[3]) != 0.0f;
   const float *decay = static_cast<const float *>(params[kScalars]);
+  if (lr == 0.0f && momentum == 0.0f) {
+    *static_cast<float *>(params[nparam - 1]) = 1.0f;
+    return 0;
+  }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(msdet_threads())
   for (int k = 0; k < n; ++k) {
     update(static_cast<const float *>(params[first + k]), static_cast<float *>(params[first + n + k]),

@@ -7,7 +7,10 @@
 // one-hot and five batched matmuls over [B, M, A] tensors; here it is two passes over each
 // row keeping the 10 best values, then one pass over the anchors.
 //
-// The same results as the operator path, with one difference: where two anchors' costs tie
+// The operator path ranks the pairs in both regions and the other candidates separately, by
+// their class + IoU cost (for the 910A's float16 TopK): the same order as the cost's here,
+// except where the geometry penalty's float32 rounding ties two costs (0.002 apart at 20,000).
+// The same results as the operator path otherwise, with one difference: where two anchors' costs tie
 // exactly at the k-th place of a ground truth, this kernel takes the lower anchor index;
 // MindSpore's CPU TopK orders ties in its own way (neither index order nor its reverse),
 // as the original's torch.topk leaves it unspecified. Everything else is exact: the

@@ -10,31 +10,7 @@ from mindspore import Parameter, nn, ops
 
 from msdet.engine.training.optim import DecayInKernelSGD
 from tests.support.modes import execution_mode
-
-SHAPES = ((4, 3, 3, 3), (7,), (5, 2), (1,))
-
-
-def _optimizer(library, nesterov: bool):
-    """DecayInKernelSGD over four weights (the first decayed), with a per-step learning
-    rate, on the flat kernel (library) or MindSpore's SGD per parameter (None)."""
-    rng = np.random.default_rng(0)
-    weights = [
-        Parameter(ms.Tensor(rng.standard_normal(s).astype(np.float32)), name=f"w{i}.weight")
-        for i, s in enumerate(SHAPES)
-    ]
-    groups = [
-        {"params": weights[:1], "weight_decay": 5e-4},
-        {"params": weights[1:], "weight_decay": 0.0},
-    ]
-    opt = DecayInKernelSGD(
-        groups,
-        library=library,
-        learning_rate=[0.1, 0.05, 0.02, 0.01],
-        momentum=0.9,
-        nesterov=nesterov,
-        weight_decay=0.0,
-    )
-    return weights, opt
+from tests.support.sgd import SHAPES, sgd_optimizer
 
 
 class StepThenRead(nn.Cell):
@@ -53,7 +29,7 @@ class StepThenRead(nn.Cell):
 
 
 def _run(library, nesterov: bool):
-    weights, opt = _optimizer(library, nesterov)
+    weights, opt = sgd_optimizer(library, nesterov)
     step = StepThenRead(opt)
     rng = np.random.default_rng(1)
     read = []
@@ -82,7 +58,7 @@ def test_one_operator_gives_mindspores_sgd_bits_and_parameters(library, nesterov
     # ... with the same values: weights, momentum buffers, first-step flags, step count.
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
-    start = [w.asnumpy() for w in _optimizer(None, nesterov)[0]]
+    start = [w.asnumpy() for w in sgd_optimizer(None, nesterov)[0]]
     assert all(np.abs(got[f"w{i}.weight"] - w).min() > 0 for i, w in enumerate(start))
     assert all(not got[f"stat.w{i}.weight"].any() for i in range(len(SHAPES)))
     assert int(got["global_step"].reshape(-1)[0]) == 4

@@ -37,7 +37,11 @@ def _operator_path(cost, ious, mask):
     b, m = mask.shape
     valid = ms.Tensor(mask).expand_dims(-1)
     ones_m = ms.ops.ones((b, 1, m), ms.float32)
-    out = native._match(ms.Tensor(cost), ms.Tensor(ious), valid, ones_m)
+    # Every pair cheaper than the exclusion cost is in both regions here (no penalty).
+    inside = ms.Tensor(cost < EXCLUDED_COST)
+    excluded = ms.Tensor(np.where(cost < EXCLUDED_COST, 0.0, EXCLUDED_COST).astype(np.float32))
+    out = native._match(ms.Tensor(cost), ms.Tensor(ious), valid, ones_m, ms.Tensor(cost), inside,
+                        excluded)  # fmt: skip
     return [x.asnumpy() for x in out]
 
 

@@ -8,6 +8,8 @@ its modules, each imported by the tests that need it (most of them load MindSpor
   ``multiscale``: inputs and stand-ins for the tests of those parts;
 - ``tiny_run``: the entry points run as a user runs them, on a tiny shapes set;
 - ``web``: a local web server standing in for a download site;
+- ``sgd``, ``branching_step``: the optimizer's small problem, and the step's skip as a branch
+  (the form it had) for the branch-free step to be compared with;
 - ``dp_tiny``, ``dp_step``, ``dp_overflow``, ``dp_accumulate``: the data-parallel jobs'
   problems and one-process references (tests/e2e/dp_*.py run their ranks).
 """

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, mutable, nn, ops
+from omegaconf import OmegaConf
 
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.step_stats import StepStatistics
@@ -111,3 +112,20 @@ def tensorboard_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
+
+
+# The training step's small problem: one weight pair, the optimizer settings.
+SGD_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.0})
+
+
+class Quadratic(nn.Cell):
+    """loss = sum((w - x)^2) with the output tuple shape of DetectorWithLoss."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(ms.Tensor(np.array([1.0, -2.0], np.float32)), name="w")
+
+    def construct(self, x, targets, mask):
+        loss = ((self.w - x) ** 2).sum() * targets.sum() * mask.sum()
+        zero = ops.zeros((), ms.float32)
+        return loss, zero, zero, zero, zero, zero

@@ -2,19 +2,25 @@
 that chip's own CANN operator tables, on this CPU.
 
     python -m msdet.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
-        [--tables TABLES.json] [--json REPORT.json] [--no-values] [key=value ...]
+        [--tables TABLES.json] [--waivers WAIVERS.json] [--json REPORT.json] [--no-values]
+        [--cards N] [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
-or ``runtime.precision_mode``), compiles the graphs msdet runs on it (:mod:`.graphs`) and
-lists their primitives from MindSpore's IR dump, maps each to the CANN operator that runs
-it and looks it up in the chip's tables (:mod:`.verdict`); where the chip runs a float32
+or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
+sink, on the 910A; O0, kernel by kernel, elsewhere; or ``runtime.jit_level``), compiles the
+graphs msdet runs on it (:mod:`.graphs`) and lists their primitives from MindSpore's IR
+dump, maps each to what runs it on that backend (the GE operator; kernel by kernel the
+aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's tables
+(:mod:`.verdict`); where the chip runs a float32
 operator in float16, the inputs' largest magnitude in a few real training steps
 (:mod:`.values`) must fit float16. One table per chip is printed and a JSON report written;
-the exit status is 1 when any operator will not compile or overflows.
+the exit status is 1 when any operator will not compile or overflows, or is a primitive the
+mapping does not hold (a closed world: what the check cannot place fails), unless a waiver
+(``data/waivers.json`` or ``--waivers``) accepts it with a reason.
 
-What the tables cannot tell: kernel by kernel (jit level O0/O1, MindSpore's default on A2)
-most primitives run as aclnn kernels, whose dtype and chip support CANN documents per API,
-not in these tables (such rows carry an "aclnn" note); dtypes some AI Core operators decide
+What the tables cannot tell: kernel by kernel (jit level O0/O1, msdet's choice on A2) most
+primitives run as aclnn kernels, whose dtype and chip support CANN documents per API, not
+in these tables (their verdict is ``aclnn``, with what the table says of the GE operator); dtypes some AI Core operators decide
 in their ``op_select_format`` code are emulated from CANN's sources, not compiled; MindSpore
 branches that test the device at build time (``ms.amp.all_finite``) take the CPU branch
 here. Only a card shows what really compiles and how fast: ``python -m
@@ -30,7 +36,7 @@ import sys
 import tempfile
 
 from msdet.common import logs
-from msdet.tools.chip_check.mapping import load_mapping
+from msdet.tools.chip_check.mapping import load_mapping, load_waivers
 from msdet.tools.chip_check.verdict import (
     DEFAULT_PRECISION,
     FAILING,
@@ -41,10 +47,13 @@ from msdet.tools.chip_check.verdict import (
 
 log = logging.getLogger("chip_check")
 CHIPS = ("ascend910", "ascend910b", "ascend310p", "ascend310b")
+# engine.runtime.device.JIT_BACKENDS' names -> the verdicts' backends.
+BACKEND = {"GE graph sink": "ge", "kernel by kernel": "kbk"}
 NOTE = (
-    "not told by the tables: aclnn kernels (kernel by kernel on A2) have their own dtype "
-    "support; op_select_format dtypes are emulated from CANN's sources; MindSpore code that "
-    "tests the device at build time took the CPU branch. A card's self-test shows the rest."
+    "not told by the tables: aclnn kernels (the 'aclnn' rows, kernel by kernel) have their own "
+    "dtype support per API; op_select_format dtypes are emulated from CANN's sources; MindSpore "
+    "code that tests the device at build time took the CPU branch. A card's self-test shows "
+    "the rest."
 )
 
 
@@ -54,6 +63,8 @@ def run_check(
     tables_path: str | None = None,
     values: bool = True,
     img: int = 128,
+    waivers_path: str | None = None,
+    cards: int = 8,
 ) -> dict:
     """The check's report: ``{"chips": {chip: {precision_mode, counts}}, "findings": [...],
     "failures": n}``."""
@@ -61,25 +72,45 @@ def run_check(
     from msdet.engine.runtime.process import setup_runtime
     from msdet.tools.chip_check import values as value_ranges
     from msdet.tools.chip_check.cann_tables import load_tables
-    from msdet.tools.chip_check.graphs import graph_rows
+    from msdet.tools.chip_check.graphs import chip_runtime, distributed_graph, graph_rows
 
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
     tables, mapping = load_tables(tables_path), load_mapping()
+    waivers = load_waivers(waivers_path)
     requested = str(cfg.runtime.precision_mode)
     modes = {c: DEFAULT_PRECISION.get(c, "allow_fp32_to_fp16") if requested == "auto" else requested
              for c in chips}  # fmt: skip
-    rows = {}
+    from msdet.engine.runtime.device import resolve_sink
+
+    # Data sinking runs the training step on the device (msdet's default on Ascend).
+    sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
+    rows, backends = {}, {}
     for chip in chips:
-        log.info("%s: compiling msdet's graphs on this CPU", chip)
-        rows[chip] = graph_rows(cfg, rt, chip, img=img)
+        chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
+        backends[chip] = (chip_rt.jit_level, chip_rt.backend)
+        log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
+                 *backends[chip])  # fmt: skip
+        rows[chip] = graph_rows(cfg, rt, chip, img=img, cards=cards)
 
     def findings(largest=None):
         out = []
         for chip in chips:
             guarded = ("nms",)  # msdet checks NMSWithMask on the device before relying on it
             out += [
-                judge(r, chip, modes[chip], tables, mapping, largest, guarded) for r in rows[chip]
+                judge(
+                    r,
+                    chip,
+                    modes[chip],
+                    tables,
+                    mapping,
+                    largest,
+                    guarded,
+                    waivers,
+                    backend=BACKEND[backends[chip][1]],
+                    sunk=sunk,
+                )  # fmt: skip
+                for r in rows[chip]
             ]
         return out
 
@@ -88,12 +119,21 @@ def run_check(
     if values and narrowed:
         log.info("measuring the inputs of %d primitives run in float16: %s", len(narrowed),
                  ", ".join(narrowed))  # fmt: skip
-        result = findings(value_ranges.measure(narrowed))
+        result = findings(value_ranges.measure(narrowed, img=img, overrides=overrides))
     counts = summarise(result)
     return {
         "tables": tables["_meta"],
         "mapping": mapping["_meta"],
-        "chips": {c: {"precision_mode": modes[c], "counts": counts.get(c, {})} for c in chips},
+        "waivers": waivers,
+        "chips": {
+            c: {
+                "precision_mode": modes[c],
+                "jit_level": backends[c][0],
+                "backend": backends[c][1],
+                "counts": counts.get(c, {}),
+            }
+            for c in chips
+        },
         "findings": [f.to_json() for f in result if f.verdict not in ("aicore", "nop")],
         "failures": sum(1 for f in result if f.verdict in FAILING),
         "note": NOTE,
@@ -107,22 +147,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--chips", default=",".join(CHIPS))
     parser.add_argument("--tables", help="tables derived from your CANN (cann_tables module)")
+    parser.add_argument("--waivers", help="accepted findings, each with a reason "
+                        "(default: the bundled data/waivers.json)")  # fmt: skip
     parser.add_argument("--json", default="chip_check.json", help="the report (JSON)")
     parser.add_argument("--no-values", action="store_true", help="skip the value ranges")
     parser.add_argument("--img", type=int, default=128, help="input size of the graphs built")
+    parser.add_argument("--cards", type=int, default=8,
+                        help="also the data-parallel training step of this many cards (1: none)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="config settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     logs.setup_logging()
     chips = tuple(c.strip() for c in args.chips.split(",") if c.strip())
-    report = run_check(chips, args.overrides, args.tables, not args.no_values, args.img)
+    report = run_check(
+        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers, args.cards
+    )
     findings = report.pop("_findings")
     for chip in chips:
-        print(format_chip(chip, report["chips"][chip]["precision_mode"], findings), end="\n\n")
+        info = report["chips"][chip]
+        backend = f"jit level {info['jit_level']}: {info['backend']}"
+        print(format_chip(chip, info["precision_mode"], findings, backend), end="\n\n")
     print(NOTE)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     verdict = "fails" if report["failures"] else "passes"
-    print(f"chip check {verdict}: {report['failures']} operators will not compile or overflow "
+    print(f"chip check {verdict}: {report['failures']} operators will not compile, overflow or "
+          f"are not in the mapping "
           f"(report: {args.json})")  # fmt: skip
     return 1 if report["failures"] else 0
 

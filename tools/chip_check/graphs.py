@@ -6,7 +6,13 @@ listed by MindSpore's IR dump (:mod:`.ir`).
   Ascend, dynamic loss scaling, the float-status register where the chip reads overflow
   from it), the evaluation network (float32, as ``TrainingEvaluation`` builds it) and the
   evaluation's NMS (on the device where the chip runs it, else only its candidate stage:
-  the suppression runs on the host);
+  the suppression runs on the host); with ``cards`` > 1 also the data-parallel training
+  step of that many cards (``train_8p`` for 8: the gradient reducer's AllReduce, the
+  overflow flag's AllReduce and SyncBatchNorm, ``runtime.sync_bn=true``, the superset of
+  the plain one). MindSpore builds these primitives without a launcher as long as nothing
+  asks for the rank: the gradient reducer is given the card count, and each BatchNorm gets
+  the ``SyncBatchNorm`` primitive ``nn.SyncBatchNorm`` builds on Ascend (group
+  ``hccl_world_group``, the card count), so no rank has to run on this CPU;
 - inference chips (``ascend310p``, ``ascend310b``): the exported network as
   ``engine.inference.deploy`` takes it to ATC (without NMS: CANN's NMSWithMask kernels
   take [N, 8] boxes, which MindSpore does not build; NMS runs on the host).
@@ -27,27 +33,31 @@ from typing import Any
 
 import numpy as np
 
-from msdet.tools.chip_check.verdict import Row
+from msdet.tools.chip_check.ir import Row
 
 TRAINING_CHIPS = ("ascend910", "ascend910b")
 INFERENCE_CHIPS = ("ascend310p", "ascend310b")
-# MindSpore's SoC answers per chip: (Atlas training series, A2 and later).
+# MindSpore 2.10's SoC answers per chip (engine.runtime.device): (Atlas training series, A2
+# and later, jit level O2 by default), as its SoC table in libmindspore_core.so gives them.
 SOC_ANSWERS = {
-    "ascend910": (True, False),
-    "ascend910b": (False, True),
-    "ascend910_93": (False, True),
-    "ascend310p": (False, False),
-    "ascend310b": (False, False),
+    "ascend910": (True, False, True),
+    "ascend910b": (False, True, False),
+    "ascend910_93": (False, True, False),
+    "ascend310p": (False, False, False),
+    "ascend310b": (False, False, False),
 }
 NUM_CLASSES = 80
 
 
-def chip_runtime(rt: Any, chip: str, amp: str) -> Any:
-    """``rt`` (set up on this CPU) as msdet would set it up on ``chip``."""
-    from msdet.engine.runtime.device import chip_profile, resolve_amp
+def chip_runtime(rt: Any, chip: str, amp: str, jit_level: str | None = None) -> Any:
+    """``rt`` (set up on this CPU) as msdet would set it up on ``chip`` (``jit_level``: the
+    configured ``runtime.jit_level``, None for the chip's default)."""
+    from msdet.engine.runtime.device import chip_profile, jit_level_in_effect, resolve_amp
     from msdet.ops.cpu_kernels import NATIVE
 
-    profile = chip_profile(chip, *SOC_ANSWERS[chip], None)
+    classic, hq_dtype, jit_o2 = SOC_ANSWERS[chip]
+    profile = chip_profile(chip, classic, hq_dtype, None, jit_o2)
+    level, backend = jit_level_in_effect(jit_level, profile)
     return dataclasses.replace(
         rt,
         device="Ascend",
@@ -56,28 +66,36 @@ def chip_runtime(rt: Any, chip: str, amp: str) -> Any:
         chip=chip,
         host_nms=profile.host_nms,
         nms_max_boxes=profile.nms_max_boxes,
+        jit_level=level,
+        backend=backend,
         kernels=NATIVE,
     )
 
 
-def graph_rows(cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2) -> list[Row]:
-    """Every primitive of the graphs msdet runs on ``chip``, with input dtypes as compiled."""
+def graph_rows(
+    cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2, cards: int = 1
+) -> list[Row]:
+    """Every primitive of the graphs msdet runs on ``chip``, with input dtypes as compiled
+    (``cards`` > 1: also the data-parallel training step of that many cards)."""
     import mindspore as ms
 
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.models.yolox import build_model
     from msdet.tools.chip_check.ir import list_primitives
 
-    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp))
+    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
     rows: list[Row] = []
 
     def add(graph: str, cell, *inputs) -> None:
-        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs):
+        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs, by_cell=True):
             rows.append(Row(graph, prim, dtypes, shapes, count, scope))
 
     images = ms.Tensor(np.zeros((batch, 3, img, img), np.float32))
     if chip in TRAINING_CHIPS:
         add("train", *training_step(cfg, chip_rt, img, batch))
+        if cards > 1:
+            ranks = dataclasses.replace(chip_rt, world_size=cards, sync_bn=True)
+            add(distributed_graph(cards), *training_step(cfg, ranks, img, batch))
         eval_net = InferenceNet(build_model(cfg.model, NUM_CLASSES))
         eval_net.set_train(False)
         add("eval", eval_net, images)
@@ -93,6 +111,28 @@ def graph_rows(cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2) -> 
     return rows
 
 
+def distributed_graph(cards: int) -> str:
+    """The name of the data-parallel training graph of ``cards`` cards."""
+    return f"train_{cards}p"
+
+
+def sync_batchnorm_primitives(network: Any, cards: int) -> int:
+    """Give every BatchNorm of ``network`` the ``SyncBatchNorm`` primitive that
+    ``nn.SyncBatchNorm`` builds on Ascend over all ``cards`` (MindSpore 2.10
+    ``nn/layer/normalization.py``), without asking a launcher for the rank as
+    ``models.sync_batchnorm`` does; returns how many."""
+    from mindspore import nn
+    from mindspore.ops.operations import _inner_ops as inner
+
+    count = 0
+    for _, cell in network.cells_and_names():
+        if type(cell) is nn.BatchNorm2d:
+            cell.bn_train = inner.SyncBatchNorm(epsilon=cell.eps, momentum=cell.momentum,
+                                                group="hccl_world_group", device_num=cards)  # fmt: skip
+            count += 1
+    return count
+
+
 def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
     """train.py's training step for ``rt`` and a batch of its inputs (uint8 HWC images)."""
     import mindspore as ms
@@ -103,7 +143,10 @@ def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
-    net = apply_amp(build_model(cfg.model, NUM_CLASSES), rt)
+    net = build_model(cfg.model, NUM_CLASSES)
+    if rt.sync_bn:
+        sync_batchnorm_primitives(net, rt.world_size)
+    net = apply_amp(net, rt)
     loss = YOLOXLoss(NUM_CLASSES, assigner_rule=str(cfg.train.assigner.rule))
     step = build_train_step(
         net, loss, yolox_lr_schedule(0.01, 10, 1, 0, 0), cfg.train, rt,

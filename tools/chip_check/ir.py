@@ -26,6 +26,8 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
+from typing import Any
 
 # Primitive names that are graph plumbing, not kernels (no device kernel is launched).
 VIRTUAL_PRIMS = {
@@ -56,6 +58,9 @@ VIRTUAL_PRIMS = {
     "EnvironSet",
     "MirrorMicroStep",
 }
+# Graph control flow (an ``if`` on a tensor): no kernel, but listed, because a graph that data
+# sinking runs on the device should hold none (the chip check reports them).
+CONTROL_FLOW = {"Switch", "SwitchLayer"}
 # Primitives that are usually "no-op" (view/shape-only) on Ascend: GE treats Reshape,
 # ExpandDims, Squeeze, Flatten as reshape-type nodes that launch no kernel (nop nodes).
 NOP_ON_DEVICE = {"Reshape", "ExpandDims", "Squeeze", "Flatten", "FlattenGrad", "Unsqueeze"}
@@ -80,6 +85,18 @@ _DTYPE = {
 
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\)\s*=\s*([A-Za-z_][A-Za-z0-9_.]*)\((.*)$")
 _ABS_RE = re.compile(r"^\s+:\s*\((.*)\)\s*->\s*\((.*)\)\s*$")
+
+
+@dataclass
+class Row:
+    """One primitive of a graph with its input dtypes (and shapes), as compiled."""
+
+    graph: str
+    prim: str
+    dtypes: list[str]
+    shapes: list[Any]
+    count: int
+    scope: str = ""
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -210,23 +227,38 @@ def _stage_files(dump_dir: str, stage: str) -> list[str]:
     return sorted(files, key=lambda p: int(re.search(r"_(\d+)\.ir$", p).group(1)))
 
 
+def cell_path(scope: str) -> str:
+    """The cells an operator sits in, from its scope (``Default/net-Net/conv-Conv2d/Conv2D-op3``
+    -> ``Default/net-Net/conv-Conv2d``): what identifies an operator instance across two
+    compiles of the same network, whose operator numbers differ."""
+    return scope.rsplit("/", 1)[0] if "/" in scope else ""
+
+
 def collect(
-    dump_dir: str, stage: str = "validate", include_virtual: bool = False, by_shape: bool = True
+    dump_dir: str,
+    stage: str = "validate",
+    include_virtual: bool = False,
+    by_shape: bool = True,
+    by_cell: bool = False,
 ):
     """Parse a dump folder. Returns [(prim, [input dtypes], [input shapes], count, scope of
-    the first)],
-    sorted by primitive name. Monad inputs are dropped. With ``by_shape=False`` shapes
-    are left out of the grouping key (the shapes of the first occurrence are returned)."""
+    the first)], sorted by primitive name; graph plumbing is left out unless
+    ``include_virtual``, control flow (:data:`CONTROL_FLOW`) never. Monad inputs are
+    dropped. With ``by_shape=False`` shapes are left out of the grouping key (the shapes of
+    the first occurrence are returned); with ``by_cell`` the cells an operator sits in
+    (:func:`cell_path`) are in it, one row per operator instance and shape."""
     counter = collections.OrderedDict()
     for path in _stage_files(dump_dir, stage):
         for node in parse_ir_file(path):
             name = prim_name(node["prim"])
-            if name is None or (not include_virtual and name in VIRTUAL_PRIMS):
+            hidden = name in VIRTUAL_PRIMS and name not in CONTROL_FLOW
+            if name is None or (not include_virtual and hidden):
                 continue
             ins = [(t, s) for t, s in node["inputs"] if t != "monad"]
             dtypes = tuple(t for t, _ in ins)
             shapes = tuple(tuple(s) if isinstance(s, list) else s for _, s in ins)
-            key = (name, dtypes, shapes if by_shape else None)
+            key = (name, dtypes, shapes if by_shape else None,
+                   cell_path(node["scope"]) if by_cell else None)  # fmt: skip
             if key in counter:
                 counter[key][3] += 1
             else:
@@ -256,6 +288,7 @@ def list_primitives(
     keep_dir=None,
     include_virtual=False,
     by_shape=True,
+    by_cell=False,
 ):
     """Compile ``cell`` (``Cell.compile(*inputs)``, nothing runs) or call ``fn(*inputs)``
     once, with MindSpore's IR dump on; return ``collect(...)`` of the dump.
@@ -289,7 +322,8 @@ def list_primitives(
         if old["MS_DEV_SAVE_GRAPHS"] is None:
             _keep_later_dumps_out_of_the_working_directory()
     try:
-        return collect(dump_dir, stage=stage, include_virtual=include_virtual, by_shape=by_shape)
+        return collect(dump_dir, stage=stage, include_virtual=include_virtual, by_shape=by_shape,
+                       by_cell=by_cell)  # fmt: skip
     finally:
         if keep_dir is None:
             shutil.rmtree(dump_dir, ignore_errors=True)

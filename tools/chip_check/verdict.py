@@ -14,18 +14,25 @@ Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(f
 (only a float16 kernel, and the precision mode casts: checked against the values measured
 on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
 ``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
+``aclnn`` (kernel by kernel, an aclnn kernel: the tables cannot tell its dtypes),
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
-``op_select_format`` and not emulated, or no GE adapter in the mapping's MindSpore version).
+``op_select_format`` and not emulated), ``unverified`` (mapped, but MindSpore's sources show
+no way for the backend to compile it: no GE adapter and no GE fallback; or its CANN operator
+is missing from the bundled tables: "may not compile" fails), ``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
+this fails), ``control-flow`` (a branch in a graph that data sinking runs on the device:
+fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
+the reason).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from msdet.tools.chip_check.cann_tables import check
-from msdet.tools.chip_check.mapping import CANN_RENAMES
+from msdet.tools.chip_check.ir import CONTROL_FLOW, Row, cell_path
+from msdet.tools.chip_check.mapping import CANN_RENAMES, HCCL, waiver_for
+from msdet.tools.chip_check.values import largest_for
 
 FLOAT16_MAX = 65504.0
 FLOAT16_EXACT_INT = 2048  # float16 holds every integer up to 2,048 exactly
@@ -43,7 +50,8 @@ CONSTRAINTS = {
         '"the 2nd-dim of input boxes must be equal to 8"; MindSpore 2.10 builds [N, 5] '
         "and has no pass that pads it",
         "guard": "msdet runs NMSWithMask only after checking it on the device against the "
-        "host NMS (engine.runtime.device.device_nms_problem), else NMS runs on the host",
+        "host NMS on first use, with the evaluation's candidate count (engine.runtime.device."
+        "nms_on_host, device_nms_problem), else NMS runs on the host",
     },
 }
 # Precision modes under which the AI Core may run a float32 operator in float16 when it has
@@ -59,19 +67,7 @@ DEFAULT_PRECISION = {
     "ascend310p": "allow_fp32_to_fp16",
     "ascend310b": "must_keep_origin_dtype",
 }
-FAILING = ("none", "overflows")
-
-
-@dataclass
-class Row:
-    """One primitive of a graph with its input dtypes (and shapes), as compiled."""
-
-    graph: str
-    prim: str
-    dtypes: list[str]
-    shapes: list[Any]
-    count: int
-    scope: str = ""
+FAILING = ("none", "overflows", "unmapped", "control-flow", "unverified")
 
 
 @dataclass
@@ -132,16 +128,83 @@ def judge(
     mapping: dict,
     largest: dict[str, float] | None = None,
     guarded: tuple[str, ...] = (),
+    waivers: list[dict] | None = None,
+    backend: str = "ge",
+    sunk: tuple[str, ...] = (),
 ) -> Finding:
     """The verdict on ``row`` for ``chip`` under ``precision_mode``. ``largest``: the
-    largest magnitude each primitive's inputs reached on CPU (by primitive); ``guarded``:
-    graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them."""
+    largest magnitude operators' inputs reached on CPU, keyed per operator instance, type
+    and shape, or type (:func:`.values.value_key`; the most specific applies); ``guarded``:
+    graphs whose :data:`CONSTRAINTS` msdet checks on the device before relying on them;
+    ``waivers``: accepted findings (:func:`.mapping.load_waivers`), which turn a failing
+    verdict into ``waived``; ``backend``: ``ge`` (jit level O2: the GE adapters' operators,
+    judged by the tables) or ``kbk`` (kernel by kernel: ``aclnn`` where MindSpore dispatches
+    to an aclnn kernel, else the GE operator, which it compiles alone); ``sunk``: graphs
+    that data sinking runs on the device, where control flow fails."""
+    if row.prim in CONTROL_FLOW:
+        finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, "-", "nop",
+                          "graph control flow: no kernel", row.scope)  # fmt: skip
+        if row.graph in sunk:
+            finding.verdict = "control-flow"
+            finding.reason = (
+                "a branch on a tensor in a graph that data sinking runs on the device, a "
+                "common first-run failure on both backends: make it a select"
+            )
+    else:
+        finding = _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend)
+    waiver = None
+    if finding.verdict in FAILING and waivers:
+        waiver = waiver_for(waivers, row.prim, chip, row.graph, finding.verdict, backend)
+    if waiver is not None:
+        finding.notes.append(f"{finding.verdict}: {finding.reason}")
+        finding.verdict, finding.reason = "waived", f"waived: {waiver['reason']}"
+    return finding
+
+
+def _unmapped(prim: str, mapping: dict) -> str:
+    """Why a primitive outside the mapping fails, with what MindSpore's adapters say of it."""
+    ge_op = (mapping.get("adapters") or {}).get(prim)
+    known = (
+        f"MindSpore's GE adapters emit {ge_op} for it"
+        if ge_op
+        else "MindSpore's adapter sources register no GE adapter for it"
+    )
+    return (
+        f"not in the chip check's mapping, which was derived for the primitives msdet used "
+        f"({known}): rebuild the mapping and the tables for it (ms_mapping, cann_tables), or "
+        "waive it in data/waivers.json with a reason"
+    )
+
+
+def _aclnn(entry: dict) -> tuple[str, str]:
+    """(the aclnn API or MindSpore kernel a primitive runs as kernel by kernel, how to say it)."""
+    kernel = entry.get("aclnn_kernel") or "aclnn"
+    apis = entry.get("aclnn_apis_called") or ([kernel] if kernel.startswith("aclnn") else [])
+    if apis:
+        return apis[0], ", ".join(apis)
+    if kernel == "aclnn":  # dispatched in the 2.10 wheel, unnamed in the older sources
+        return "aclnn", "an aclnn kernel (the 2.10 wheel dispatches it; its API is not named)"
+    own = kernel.removeprefix("customize:")
+    return own, f"{own} (MindSpore's own kernel over aclnn calls)"
+
+
+def _hccl(op: str, chip: str, dtypes: list[str]) -> tuple[str, str, str]:
+    """(verdict, reason, op) of an HCCL collective from :data:`HCCL`."""
+    dtype = next((tensor_dtype(d) for d in dtypes if tensor_dtype(d)), None)
+    allowed = HCCL[op].get(chip)
+    if allowed is None:
+        return "unverified", f"HCCL's reference names no {op} data types for {chip}", op
+    if dtype in allowed:
+        return "hccl", f"HCCL collective: {dtype} is one of its data types on {chip}", op
+    return "none", f"HCCL's {op} takes {', '.join(allowed)} on {chip}, not {dtype}", op
+
+
+def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend="ge") -> Finding:
+    """:func:`judge` before waivers."""
     entry = mapping["map"].get(row.prim, {})
     cann = entry.get("cann_op") or "+".join(entry.get("ge_fallback_expands_to") or [])
     finding = Finding(chip, row.graph, row.prim, row.dtypes, row.count, cann or "-", "", "",
                       row.scope)  # fmt: skip
-    if entry.get("aclnn_dispatch_2_10_wheel"):
-        finding.notes.append(f"kernel by kernel: aclnn ({entry.get('aclnn_kernel') or 'aclnn'})")
     if row.prim in NOP or entry.get("kbk_nop"):
         finding.verdict, finding.reason = "nop", "a reshape: no kernel"
         return finding
@@ -151,21 +214,46 @@ def judge(
             "msdet's compiled CPU kernel: build the graph with runtime.cpu_kernels=native"
         )
         return finding
-    ops = (
-        [entry["cann_op"]]
-        if entry.get("cann_op")
-        else list(entry.get("ge_fallback_expands_to") or [])
-    )
-    if not ops:
-        finding.verdict = "unknown"
+    if row.prim not in mapping["map"]:
+        finding.verdict, finding.reason = "unmapped", _unmapped(row.prim, mapping)
+        return finding
+    if backend == "kbk" and entry.get("aclnn_dispatch_2_10_wheel"):
+        # Kernel by kernel MindSpore runs it as an aclnn kernel, not as the GE operator.
+        finding.cann_op, said = _aclnn(entry)
+        finding.verdict = "aclnn"
         finding.reason = (
-            "no GE adapter in the mapping's MindSpore sources: GE mode (jit level O2) may not "
-            "compile it; kernel by kernel it runs as aclnn"
+            f"kernel by kernel: {said}; CANN documents an aclnn API's dtypes and chips per API, "
+            "not in these tables, and the precision mode reaches it through its cube math "
+            "type: only a card shows it (the self-test)"
+        )
+        if entry.get("cann_op") or entry.get("ge_fallback_expands_to"):
+            ge = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
+            finding.notes.append(f"as a GE operator ({ge.cann_op}): {ge.verdict}, {ge.reason}")
+        return finding
+    if entry.get("backend_split_to"):
+        ops = list(entry["backend_split_to"])
+    elif entry.get("cann_op"):
+        ops = [entry["cann_op"]]
+    else:
+        ops = list(entry.get("ge_fallback_expands_to") or [])
+    if not ops:
+        finding.verdict = "unverified"
+        finding.reason = (
+            "no GE adapter and no GE fallback expander for it in MindSpore's sources (see the "
+            "mapping's _meta): GE (jit level O2) may not compile it; rewrite it, or waive it "
+            "with a reason once a card compiled it"
+            if backend == "ge"
+            else "no aclnn dispatch and no GE adapter for it in MindSpore's sources (see the "
+            "mapping's _meta): kernel by kernel MindSpore may find no Ascend kernel for it; "
+            "rewrite it, or waive it with a reason once a card ran it"
         )
         return finding
     narrowing = precision_mode in NARROWING_MODES
     verdicts = []
     for op in ops:
+        if op in HCCL:
+            verdicts.append(_hccl(op, chip, row.dtypes))
+            continue
         best = None
         for name in [op, *CANN_RENAMES.get(op, [])]:
             per_chip = (tables.get(name) or {}).get(chip)
@@ -177,7 +265,7 @@ def judge(
                 best = (status, why, name)
             if status == "aicore":
                 break
-        verdicts.append(best or ("unknown", "not in the tables bundled for the check", op))
+        verdicts.append(best or ("unverified", "not in the tables bundled for the check", op))
     status, why, name = min(verdicts, key=lambda v: _RANK.get(v[0].rstrip("?"), 9))
     finding.cann_op = name if len(ops) == 1 else "+".join(v[2] for v in verdicts)
     finding.verdict = {
@@ -197,8 +285,13 @@ def judge(
                 f"input {shape} where CANN's kernel takes [N, {constraint['last_dim']}] "
                 f"({constraint['source']})" + (f"; {constraint['guard']}" if guard else "")
             )
-    if finding.verdict == "aicore(fp16)" and largest is not None and row.prim in largest:
-        finding.largest = float(largest[row.prim])
+    measured, level = (None, None)
+    if finding.verdict == "aicore(fp16)" and largest is not None:
+        first = row.shapes[0] if row.shapes else None
+        measured, level = largest_for(largest, row.prim, first, cell_path(row.scope))
+    if measured is not None:
+        finding.largest = float(measured)
+        finding.notes.append(f"inputs measured at this operator's {level}")
         if finding.largest > FLOAT16_MAX:
             finding.verdict = "overflows"
             finding.reason = (
@@ -208,8 +301,12 @@ def judge(
     return finding
 
 
-_RANK = {"none": 0, "overflows": 0, "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3,
+_RANK = {"none": 0, "overflows": 0, "unmapped": 0, "control-flow": 0, "unverified": 0,
+         "aicpu": 1, "host": 1, "aicore(fp16)": 2, "aicore": 3, "hccl": 3,
          "unknown": 4}  # fmt: skip
+# The order of a chip's table: what fails first.
+TABLE_ORDER = ("none", "overflows", "unmapped", "control-flow", "unverified", "waived", "guarded",
+               "aicpu", "aicore(fp16)", "aclnn", "unknown")  # fmt: skip
 
 
 def summarise(findings: list[Finding]) -> dict[str, dict[str, int]]:
@@ -221,10 +318,10 @@ def summarise(findings: list[Finding]) -> dict[str, dict[str, int]]:
     return out
 
 
-def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
+def format_chip(chip: str, precision_mode: str, findings: list[Finding], backend: str = "") -> str:
     """One chip's table: every primitive that does not plainly run on the AI Core (rows of
-    the same primitive, dtypes and verdict merged, their counts summed), then a count of
-    those that do."""
+    the same primitive, dtypes and verdict merged, their counts summed; an ``aclnn`` row
+    without its reason, said once below the table), then a count of those that do."""
     rows = [f for f in findings if f.chip == chip]
     plain = sum(f.count for f in rows if f.verdict in ("aicore", "nop"))
     merged: dict[tuple, list] = {}
@@ -237,11 +334,8 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
         entry[0] += f.count
         if f.largest is not None:
             entry[1] = max(entry[1] or 0.0, f.largest)
-    order = {
-        v: i
-        for i, v in enumerate(("none", "overflows", "guarded", "aicpu", "aicore(fp16)", "unknown"))
-    }
-    lines = [f"== {chip} (precision mode {precision_mode}) ==",
+    order = {v: i for i, v in enumerate(TABLE_ORDER)}
+    lines = [f"== {chip} (precision mode {precision_mode}{', ' + backend if backend else ''}) ==",
              f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
     for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
         graph, prim, dtypes, cann, verdict, reason = key
@@ -250,6 +344,15 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding]) -> str:
         lines.append(
             f"{graph:7s} {prim:22s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
         )
-        lines.append(f"{'':10s}{reason}" + (f" [{scope}]" if verdict in FAILING and scope else ""))
+        if verdict != "aclnn":
+            lines.append(
+                f"{'':10s}{reason}" + (f" [{scope}]" if verdict in FAILING and scope else "")
+            )
+    if any(k[4] == "aclnn" for k in merged):
+        lines.append(
+            "aclnn: run kernel by kernel as the aclnn API named; CANN documents its dtypes and "
+            "chips per API, not in these tables (the report's notes say what the table says of "
+            "the GE operator): only a card shows it"
+        )
     lines.append(f"and {plain} primitives on AI Core kernels or reshapes")
     return "\n".join(lines)

@@ -50,7 +50,7 @@ ms.set_context(mode=ms.PYNATIVE_MODE)
 from msdet.engine.training.jit_loop import JitTrainLoop
 from msdet.engine.training.optim import build_optimizer
 from msdet.engine.training.step import TrainStep
-from tests.engine.training.test_step import SGD_CFG, Quadratic
+from tests.support.training import SGD_CFG, Quadratic
 
 HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_begin",
          "on_train_step_end", "on_train_epoch_end", "on_train_end")

@@ -8,27 +8,11 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Parameter, nn, ops
-from omegaconf import OmegaConf
 
 from msdet.engine.training.ema import ModelEMA
 from msdet.engine.training.optim import build_optimizer
 from msdet.engine.training.step import TrainStep
-from tests.support.training import FloatStatusRegister, flag_inf_input
-
-SGD_CFG = OmegaConf.create({"momentum": 0.9, "nesterov": True, "weight_decay": 0.0})
-
-
-class Quadratic(nn.Cell):
-    """loss = sum((w - x)^2) with the output tuple shape of DetectorWithLoss."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = Parameter(ms.Tensor(np.array([1.0, -2.0], np.float32)), name="w")
-
-    def construct(self, x, targets, mask):
-        loss = ((self.w - x) ** 2).sum() * targets.sum() * mask.sum()
-        zero = ops.zeros((), ms.float32)
-        return loss, zero, zero, zero, zero, zero
+from tests.support.training import SGD_CFG, FloatStatusRegister, Quadratic, flag_inf_input
 
 
 def make_step(**kwargs):

@@ -41,7 +41,7 @@ def source_tree(root):
     include = root / "include"
     include.mkdir()
     (include / "ops.h").write_text(HEADER)
-    adapters = root / ms_mapping.ADAPTER_DIR
+    adapters = root / ms_mapping.ADAPTER_DIRS[1]
     adapters.mkdir(parents=True)
     (adapters / "nn_ops.cc").write_text(ADAPTERS)
     yaml_dir = root / "mindspore" / "ops" / "op_def" / "yaml"
@@ -67,7 +67,7 @@ def test_ge_adapters_input_maps_and_dispatch_are_read_from_the_sources(tmp_path)
     consts = ms_mapping.string_constants([include])
     prims = ms_mapping.prim_defs([include], consts)
     adapters = ms_mapping.ge_adapters(str(tmp_path), consts, prims)
-    where = os.path.join(ms_mapping.ADAPTER_DIR, "nn_ops.cc")
+    where = os.path.join(ms_mapping.ADAPTER_DIRS[1], "nn_ops.cc")
     assert adapters == {
         "TopK": {"train": "TopKV2", "infer": "TopKV2", "file": where, "reg": "TopKV2"},
         "Neg": {"train": "Neg", "infer": "NegInfer", "file": where, "reg": "Neg"},

@@ -32,7 +32,9 @@ def test_largest_inputs_per_operator_type_over_every_step_and_input(tmp_path):
     # A name too long for the file system: dumped under a number, named in mapping.csv.
     np.save(step1 / "123456.npy", np.float32([2.5, -0.5]))
     (step1 / "mapping.csv").write_text("123456.npy,Mul.Default_Mul-op5.1.3.input.1.npy\n")
-    largest = largest_inputs(str(tmp_path))
-    assert set(largest) == {"TopK", "Neg", "Cast", "Mul"}  # booleans carry no magnitude
+    # By operator type, and by instance (type, shape, scope): keys with "|".
+    largest = {k: v for k, v in largest_inputs(str(tmp_path)).items() if "|" not in k}
+    assert set(largest) == {"TopK", "Neg", "Cast", "Mul", "Equal"}
+    assert largest["Equal"] == 0.0  # booleans carry no magnitude
     assert largest["TopK"] == 70000.0 and largest["Cast"] == 9.0 and largest["Mul"] == 2.5
     assert math.isinf(largest["Neg"])

@@ -55,7 +55,7 @@ def test_reshapes_msdets_cpu_kernels_and_unmapped_primitives():
     custom = verdict("Custom:FlatSGD", ["float32"], "ascend910b", mode)
     assert custom.verdict == "none" and "runtime.cpu_kernels=native" in custom.reason
     unknown = verdict("Divs", ["float32", "scalar:float32"], "ascend910", "allow_fp32_to_fp16")
-    assert unknown.verdict == "unknown" and "no GE adapter" in unknown.reason
+    assert unknown.verdict == "unverified" and "no GE adapter" in unknown.reason
     conv = verdict("Conv2D", ["float32", "float32"], "ascend910b", mode)
     assert conv.verdict == "aicore" and conv.cann_op == "Conv2D"
     assert verdict("Conv2D", ["float32", "float32"], "ascend910", "allow_fp32_to_fp16").verdict == (
