@@ -119,7 +119,13 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     logs.speak_through_msdet(ms_log._get_logger())
 
     card = dev.device_id(device)
-    ms.set_device(device, card)
+    try:
+        ms.set_device(device, card)
+    except RuntimeError as err:
+        # A second command in one process (a tool run from Python after training, the
+        # tests) finds the runtime already started: on the same device it simply goes on.
+        if "has been initialized" not in str(err) or ms.get_context("device_target") != device:
+            raise
     mode = "pynative" if loop == "jit" else cfg.mode
     context: dict[str, Any] = {"mode": ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE}
     if jit_level:

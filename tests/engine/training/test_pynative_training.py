@@ -162,7 +162,7 @@ def both_loops(tmp_path_factory):
 
 def test_jit_loop_equals_model_train_step_by_step(both_loops):
     runs, console = both_loops
-    model, jit = step_losses(console["model"]), step_losses(console["jit"])
+    model, jit = (step_losses((runs[loop] / "train.log").read_text()) for loop in ("model", "jit"))
     assert len(model) == 20 and model == jit  # as LossMonitor prints them: 7 digits
     assert "msdet's loop, the step compiled by mindspore.jit" in console["jit"]
     assert "training graph compiled by mindspore.jit" in console["jit"]
@@ -184,8 +184,9 @@ def test_a_model_train_checkpoint_resumes_on_the_jit_loop(both_loops):
     """Epochs 3-4 on the jit loop from Model.train's epoch-2 checkpoint are the
     uninterrupted run's: the same losses, the same final checkpoint."""
     runs, console = both_loops
-    resumed = step_losses(console["resumed"])
-    assert resumed == step_losses(console["model"])[10:] and len(resumed) == 10
+    resumed = step_losses((runs["resumed"] / "train.log").read_text())
+    model = step_losses((runs["model"] / "train.log").read_text())
+    assert resumed == model[10:] and len(resumed) == 10
     assert "resumed from" in console["resumed"] + (runs["resumed"] / "train.log").read_text()
     assert_same_checkpoint(
         runs["model"] / "checkpoints" / "last.ckpt", runs["resumed"] / "checkpoints" / "last.ckpt"
