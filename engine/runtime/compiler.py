@@ -41,9 +41,6 @@ GRAPH_NEUTRAL_KEYS = (
     "runtime.compile_cache",
     "runtime.profile_steps",
     "runtime.save_graphs",
-    "run.root",  # where the run writes
-    "run.name",
-    "run.dir",
 )
 
 # Graph kernel fusion (runtime.fusion): MindSpore fuses element-wise chains at jit_level O1

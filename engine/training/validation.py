@@ -90,9 +90,15 @@ class TrainingEvaluation:
         self.kept: list = []
         self.last_metrics: dict[str, Any] | None = None
         # The loss on the val split (results.csv, results.png); one process only: each rank
-        # sees its shard's batches, and only detections are gathered.
+        # sees its shard's batches, and only detections are gathered. Not with the compile
+        # cache: MindSpore names cached graphs by compile order, and this graph, compiled at
+        # the first evaluation, shifts the order between a run and its resumption.
         self.val_loss = None
-        if not rt.distributed:
+        if bool(cfg.runtime.compile_cache):
+            log.info(
+                "runtime.compile_cache: the val loss is not computed (results.csv leaves it empty)"
+            )
+        elif not rt.distributed:
             self.val_loss = ValidationLoss(
                 source,
                 num_classes,
