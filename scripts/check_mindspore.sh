@@ -62,7 +62,9 @@ for loop in model jit; do
     step "${loop}" "${VENV}/bin/python" train.py "${TINY[@]}" "runtime.loop=${loop}" \
         "run.dir=${run_dir}/${loop}"
     test -f "${run_dir}/${loop}/checkpoints/last.ckpt"
-    grep -E "^  step [0-9]+/[0-9]+  loss " "${run_dir}/${loop}.log" >"${run_dir}/${loop}.losses"
+    # The step lines are the run's log file's (the console shows a progress bar).
+    grep -oE "  step [0-9]+/[0-9]+  loss .*" "${run_dir}/${loop}/train.log" \
+        >"${run_dir}/${loop}.losses"
     lap "training on runtime.loop=${loop} ($(wc -l <"${run_dir}/${loop}.losses") steps)"
 done
 # On CPU both loops run the same kernels in the same order: the losses are equal as printed.
