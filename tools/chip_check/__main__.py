@@ -7,7 +7,8 @@ that chip's own CANN operator tables, on this CPU.
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
 or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
-sink, on the 910A; O0, kernel by kernel, elsewhere; or ``runtime.jit_level``), compiles the
+sink, on the 910A; O0, kernel by kernel, elsewhere and for ``runtime.loop=jit``, whose step
+is never sunk; or ``runtime.jit_level``), compiles the
 graphs msdet runs on it (:mod:`.graphs`) and lists their primitives from MindSpore's IR
 dump, maps each to what runs it on that backend (the GE operator; kernel by kernel the
 aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's tables
@@ -83,11 +84,14 @@ def run_check(
              for c in chips}  # fmt: skip
     from msdet.engine.runtime.device import resolve_sink
 
-    # Data sinking runs the training step on the device (msdet's default on Ascend).
-    sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
+    # Data sinking runs Model.train's training step on the device (msdet's default on
+    # Ascend); the jit loop feeds every step from the host.
+    loop = str(cfg.runtime.loop)
+    sinks = loop == "model" and resolve_sink(cfg.runtime.sink, "Ascend")
+    sunk = ("train", distributed_graph(cards)) if sinks else ()
     rows, backends = {}, {}
     for chip in chips:
-        chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
+        chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, loop)
         backends[chip] = (chip_rt.jit_level, chip_rt.backend)
         log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
                  *backends[chip])  # fmt: skip
@@ -125,12 +129,14 @@ def run_check(
         "tables": tables["_meta"],
         "mapping": mapping["_meta"],
         "waivers": waivers,
+        "loop": loop,
         "chips": {
             c: {
                 "precision_mode": modes[c],
                 "jit_level": backends[c][0],
                 "backend": backends[c][1],
                 "counts": counts.get(c, {}),
+                "primitives": primitive_counts(rows[c]),
             }
             for c in chips
         },
@@ -139,6 +145,15 @@ def run_check(
         "note": NOTE,
         "_findings": result,
     }
+
+
+def primitive_counts(rows: list) -> dict[str, dict[str, int]]:
+    """``{graph: {primitive: how many}}``: what each graph compiled to."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        graph = out.setdefault(r.graph, {})
+        graph[r.prim] = graph.get(r.prim, 0) + r.count
+    return {g: dict(sorted(p.items())) for g, p in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     findings = report.pop("_findings")
     for chip in chips:
         info = report["chips"][chip]
-        backend = f"jit level {info['jit_level']}: {info['backend']}"
+        backend = f"runtime.loop={report['loop']}, jit level {info['jit_level']}: {info['backend']}"
         print(format_chip(chip, info["precision_mode"], findings, backend), end="\n\n")
     print(NOTE)
     with open(args.json, "w", encoding="utf-8") as f:

@@ -49,15 +49,26 @@ SOC_ANSWERS = {
 NUM_CLASSES = 80
 
 
-def chip_runtime(rt: Any, chip: str, amp: str, jit_level: str | None = None) -> Any:
+def chip_runtime(
+    rt: Any, chip: str, amp: str, jit_level: str | None = None, loop: str = "model"
+) -> Any:
     """``rt`` (set up on this CPU) as msdet would set it up on ``chip`` (``jit_level``: the
-    configured ``runtime.jit_level``, None for the chip's default)."""
-    from msdet.engine.runtime.device import chip_profile, jit_level_in_effect, resolve_amp
+    configured ``runtime.jit_level``, None for the chip's default; ``loop``:
+    ``runtime.loop``, whose backend differs on the Atlas training series)."""
+    from msdet.engine.runtime.device import (
+        chip_profile,
+        jit_level_in_effect,
+        jit_loop_level,
+        resolve_amp,
+    )
     from msdet.ops.cpu_kernels import NATIVE
 
     classic, hq_dtype, jit_o2 = SOC_ANSWERS[chip]
     profile = chip_profile(chip, classic, hq_dtype, None, jit_o2)
-    level, backend = jit_level_in_effect(jit_level, profile)
+    if loop == "jit":
+        level, backend = jit_loop_level(jit_level, profile)
+    else:
+        level, backend = jit_level_in_effect(jit_level, profile)
     return dataclasses.replace(
         rt,
         device="Ascend",
@@ -83,7 +94,9 @@ def graph_rows(
     from msdet.models.yolox import build_model
     from msdet.tools.chip_check.ir import list_primitives
 
-    chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level)
+    chip_rt = chip_runtime(
+        rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, str(cfg.runtime.loop)
+    )
     rows: list[Row] = []
 
     def add(graph: str, cell, *inputs) -> None:

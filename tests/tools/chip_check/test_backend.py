@@ -48,6 +48,30 @@ def test_the_chips_backends_are_msdets_and_a_configured_level_wins():
     assert (forced.jit_level, forced.backend) == ("O0", "kernel by kernel")
 
 
+def test_the_jit_loop_is_judged_on_its_own_backend(monkeypatch, tmp_path, capsys):
+    """runtime.loop=jit: mindspore.jit compiles for MindSpore's own backend (kernel by kernel
+    on the 910A too, from MindSpore 2.9 on) and never sinks the step, so neither the GE
+    adapters nor the sunk graph's control-flow rule apply."""
+    from msdet.engine.runtime import mindspore_compat
+    from msdet.engine.runtime.process import Runtime
+
+    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.10.0")
+    rt = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
+    jit = graphs.chip_runtime(rt, "ascend910", "auto", None, "jit")
+    assert (jit.jit_level, jit.backend) == ("O0", "kernel by kernel")
+    monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128, cards=1: list(ROWS))
+    report = tmp_path / "report.json"
+    chip_check.main(["--chips", "ascend910", "--no-values", "--json", str(report),
+                     "runtime.loop=jit"])  # fmt: skip
+    result = json.loads(report.read_text())
+    assert result["loop"] == "jit"
+    assert result["chips"]["ascend910"]["backend"] == "kernel by kernel"
+    assert "runtime.loop=jit, jit level O0: kernel by kernel" in capsys.readouterr().out
+    # Divs has no GE adapter but an aclnn kernel: kernel by kernel it compiles.
+    verdicts = {f["prim"]: f["verdict"] for f in result["findings"]}
+    assert verdicts["Divs"] == "aclnn"
+
+
 def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128, cards=1: list(ROWS))
     monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
@@ -66,6 +90,8 @@ def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_pa
     assert verdicts[("ascend910b", "Sub")] == "aclnn"
     assert verdicts[("ascend910", "Divs")] == "unverified" and status == 1
     assert verdicts[("ascend910b", "Divs")] == "aclnn"
+    assert result["loop"] == "model"
+    assert chips["ascend910"]["primitives"] == {"train": {"Divs": 1, "Sub": 3, "TopK": 2}}
 
 
 @pytest.mark.slow

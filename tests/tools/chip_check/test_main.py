@@ -40,6 +40,18 @@ def test_msdets_graphs_pass_the_check_on_the_910a_and_the_910b(tmp_path):
     ]
     assert nms and all(f["verdict"] == "guarded" for f in nms)
     assert "chip check passes" in done.stdout
+    # The 8-card training step (--cards 8 by default): the gradient reducer's and the
+    # overflow flag's AllReduce, judged by HCCL's data types, and SyncBatchNorm in place of
+    # every BatchNorm.
+    for chip in ("ascend910", "ascend910b"):
+        graph = result["chips"][chip]["primitives"]["train_8p"]
+        assert graph["AllReduce"] > 100, chip  # one per gradient, and the overflow flag's
+        assert graph["SyncBatchNorm"] > 50 and graph["SyncBatchNormGrad"] > 50, chip
+        assert "BatchNorm" not in graph and "Switch" not in graph, chip
+        hccl = {f["verdict"] for f in result["findings"]
+                if f["chip"] == chip and f["graph"] == "train_8p" and f["prim"] == "AllReduce"}  # fmt: skip
+        assert hccl == {"hccl"}, chip
+        assert "AllReduce" not in result["chips"][chip]["primitives"]["train"], chip
 
 
 def test_the_command_says_what_it_takes_without_loading_mindspore():
