@@ -64,9 +64,9 @@ class Runtime:
 
     @property
     def sink_effective(self) -> bool:
-        """Whether MindSpore will really sink data (it silently falls back on CPU; msdet's
-        jit loop feeds every step from the host)."""
-        return self.sink and self.device != "CPU" and self.loop == "model"
+        """Whether MindSpore will really sink data (it silently falls back on CPU, and
+        ``mindspore.data_sink``, the jit loop's, refuses CPU)."""
+        return self.sink and self.device != "CPU"
 
     @property
     def uses_dynamic_loss_scale(self) -> bool:

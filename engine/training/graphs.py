@@ -49,6 +49,20 @@ def compile_graph(network, inputs: Sequence) -> float:
     return seconds
 
 
+def padded_to_rows(inputs: Sequence, rows: int) -> tuple:
+    """``(images, targets, mask)`` with targets and mask padded by empty rows to ``rows``:
+    a larger target bucket's shapes, the same targets (padding rows change no loss term,
+    ``data.buckets``)."""
+    images, targets, mask = inputs
+    t, m = targets.asnumpy(), mask.asnumpy()
+    extra = int(rows) - t.shape[1]
+    if extra < 0:
+        raise ValueError(f"cannot pad {t.shape[1]} target rows down to {rows}")
+    t = np.concatenate([t, np.zeros((t.shape[0], extra, *t.shape[2:]), t.dtype)], axis=1)
+    m = np.concatenate([m, np.zeros((m.shape[0], extra), m.dtype)], axis=1)
+    return images, Tensor(t), Tensor(m)
+
+
 # MindYOLO's published graph compile times of YOLOX training graphs at jit level O2 (GE's
 # whole-graph compile; the README of MindYOLO's YOLOX configs, MindSpore 2.5): 202 s (nano 416 px and
 # s 640 px, 910A), 305 s (s 640 px, 910B), and 170-341 s per scale on the 910 in its logs.

@@ -18,23 +18,34 @@ calls them at the points ``Model.train`` does (``mindspore/train/model.py``,
 fills (:class:`CallbackParams`), so the console lines, results.csv and checkpoints do not
 depend on the loop.
 
-Data sinking: ``mindspore.data_sink`` runs a function over a device-side queue on Ascend
-and GPU only; on CPU there is no sink in either loop (``Model.train`` falls back to feeding
-each step from the host, and so does this loop). This loop feeds every step from the host
-on every device: ``runtime.sink`` has no effect here (:func:`check_jit_sink` says so).
+Target buckets on several ranks (``data.target_buckets``): each rank's batch would pick its
+own bucket, so one rank would compile a bucket's graph on first use while the others wait
+for it in the gradient all-reduce (``Model.train`` compiles every bucket first instead,
+``engine.training.callbacks.compile``; a ``mindspore.jit`` graph cannot be compiled without
+running it). Here the ranks agree on the bucket at every step (:class:`BucketAgreement`):
+all run, and first compile, the same graph at the same step.
+
+Data sinking (``runtime.sink`` on Ascend): the step runs over a device-side queue of the
+dataset through ``mindspore.data_sink`` (Ascend and GPU only; on CPU neither loop sinks and
+every step is fed from the host). As with ``Model.train`` in sink mode, the trainer counts
+one loop "epoch" per sink of ``sink_size`` steps and the callbacks see one step per sink
+(its last step's outputs, ``cur_step_num`` advanced by ``sink_size``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import mindspore as ms
+import numpy as np
+from mindspore import ops
 from mindspore.train import RunContext
 
-from msdet.engine.training.graphs import input_shapes
+from msdet.engine.training.graphs import input_shapes, padded_to_rows, target_rows
 
 log = logging.getLogger("train")
 
@@ -68,14 +79,42 @@ def jit_compiled_cell(cell: ms.nn.Cell, jit_level: str = "O0") -> ms.nn.Cell:
     return cell
 
 
-def check_jit_sink(rt: Any) -> None:
-    """Log what ``runtime.sink`` does under the jit loop: every step fed from the host."""
-    if rt.sink:
-        log.info(
-            "runtime.loop=jit feeds every step from the host (runtime.sink applies to "
-            "runtime.loop=model; %s)",
-            "MindSpore cannot sink data on CPU" if rt.device == "CPU" else "no data sink here",
-        )
+class BucketAgreement:
+    """Each step, every rank pads its batch to the largest target bucket any rank's batch
+    needs (``buckets``: ``data.target_buckets`` as the trainer resolves them, the last the
+    pipeline's full row count). ``reduce_sum`` sums a float32 array over the ranks
+    (:func:`world_sum`): each rank adds a one-hot count of its own bucket, as MindSpore's
+    CPU all-reduce only sums."""
+
+    def __init__(self, buckets: Sequence[int], reduce_sum: Callable[[np.ndarray], np.ndarray]):
+        self.buckets = tuple(int(b) for b in buckets)
+        self.reduce_sum = reduce_sum
+
+    def __call__(self, inputs: tuple) -> tuple:
+        """``inputs`` (images, targets, mask), padded to the bucket the ranks agree on."""
+        rows = target_rows(inputs)
+        if rows not in self.buckets:
+            raise ValueError(f"a batch of {rows} target rows is in no bucket of {self.buckets}")
+        counts = np.zeros(len(self.buckets), np.float32)
+        counts[self.buckets.index(rows)] = 1.0
+        needed = np.flatnonzero(self.reduce_sum(counts))
+        agreed = self.buckets[int(needed[-1])]
+        return inputs if agreed == rows else padded_to_rows(inputs, agreed)
+
+
+def world_sum(group: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A float32 array summed over the ranks of ``group`` (one all-reduce, in PyNative)."""
+    allreduce = ops.AllReduce(ops.ReduceOp.SUM, group)
+    return lambda values: allreduce(ms.Tensor(values)).asnumpy()
+
+
+def device_sink(train_step: ms.nn.Cell, dataset, sink_size: int, jit_level: str) -> Callable:
+    """``train_step`` over a device-side queue of ``dataset`` (``mindspore.data_sink``, the
+    step compiled by ``mindspore.jit`` at ``jit_level``): each call runs ``sink_size`` steps
+    and returns the last one's outputs. Ascend and GPU only (MindSpore refuses CPU)."""
+    return ms.data_sink(
+        train_step, dataset, sink_size=sink_size, jit_config=ms.JitConfig(jit_level=jit_level)
+    )
 
 
 class JitTrainLoop:
@@ -83,12 +122,28 @@ class JitTrainLoop:
     ``mindspore.jit`` over ``dataset`` for epochs ``initial_epoch + 1 .. epochs``, calling
     ``callbacks`` as ``Model.train(epochs, dataset, callbacks, dataset_sink_mode=False,
     initial_epoch=initial_epoch)`` does. ``world_size``: ranks, for the callbacks'
-    ``device_number``; ``jit_level``: ``Runtime.jit_level``."""
+    ``device_number``; ``jit_level``: ``Runtime.jit_level``; ``agreement``: the ranks'
+    :class:`BucketAgreement` (several ranks with target buckets), else None;
+    ``sink_size`` > 0: data sinking, each of the ``epochs`` one sink of that many steps run
+    by ``sink`` (:func:`device_sink`'s signature), as ``Model.train(...,
+    dataset_sink_mode=True, sink_size=sink_size)`` counts them."""
 
-    def __init__(self, train_step: ms.nn.Cell, world_size: int = 1, jit_level: str = "O0"):
+    def __init__(
+        self,
+        train_step: ms.nn.Cell,
+        world_size: int = 1,
+        jit_level: str = "O0",
+        agreement: BucketAgreement | None = None,
+        sink_size: int = 0,
+        sink: Callable = device_sink,
+    ):
         self.train_step = train_step
         self.step = compiled_step(train_step, jit_level)
         self.world_size = int(world_size)
+        self.jit_level = jit_level
+        self.agreement = agreement
+        self.sink_size = int(sink_size)
+        self.sink = sink
         self.graphs: dict[tuple, float] = {}  # (phase, input shapes) -> first call's seconds
 
     def train(self, epochs: int, dataset, callbacks: list, initial_epoch: int = 0) -> None:
@@ -112,22 +167,28 @@ class JitTrainLoop:
             latest_ckpt_file=None,
             loss_scale_mananger=None,  # MindSpore's spelling
             initial_step=0,
-            dataset_sink_mode=False,
+            dataset_sink_mode=self.sink_size > 0,
         )
+        if self.sink_size:
+            params.sink_size = self.sink_size
         run_context = RunContext(params)
         self.train_step.set_train(True)
-        batches = dataset.create_tuple_iterator(num_epochs=epochs)
+        steps = (
+            self._sunk(self.sink(self.train_step, dataset, self.sink_size, self.jit_level))
+            if self.sink_size
+            else self._fed(dataset.create_tuple_iterator(num_epochs=epochs))
+        )
         with ExitStack() as stack:
             entered = [stack.enter_context(cb) for cb in callbacks]
             _call(entered, "on_train_begin", run_context)
             for index in range(initial_epoch, epochs):
                 params.cur_epoch_num = index + 1
                 _call(entered, "on_train_epoch_begin", run_context)
-                for element in batches:
-                    params.cur_step_num += 1
-                    params.train_dataset_element = tuple(element)
+                for count, element, run in steps():
+                    params.cur_step_num += count
+                    params.train_dataset_element = element
                     _call(entered, "on_train_step_begin", run_context)
-                    params.net_outputs = self._run(params.train_dataset_element)
+                    params.net_outputs = run()
                     _call(entered, "on_train_step_end", run_context)
                     if run_context.get_stop_requested():
                         break
@@ -135,6 +196,26 @@ class JitTrainLoop:
                 if run_context.get_stop_requested():
                     break
             _call(entered, "on_train_end", run_context)
+
+    def _fed(self, batches) -> Callable:
+        """An epoch's steps fed from the host: (1, batch, run) per batch."""
+
+        def epoch():
+            for element in batches:
+                element = tuple(element)
+                if self.agreement is not None:
+                    element = self.agreement(element)
+                yield 1, element, lambda element=element: self._run(element)
+
+        return epoch
+
+    def _sunk(self, sunk: Callable) -> Callable:
+        """A loop epoch under data sinking: one sink, (sink_size, (), run)."""
+
+        def epoch():
+            yield self.sink_size, (), lambda: self._run_sink(sunk)
+
+        return epoch
 
     def _run(self, inputs: tuple):
         """One step; the first call of each graph (a new size or input shape) compiles it,
@@ -146,12 +227,30 @@ class JitTrainLoop:
         outputs = self.step(*inputs)
         outputs[0].asnumpy()  # the step has run: the time is compile + one step
         self.graphs[key] = seconds = time.perf_counter() - started
+        rows = target_rows(inputs)
         log.info(
-            "training graph compiled by mindspore.jit in %.1f s, its first step included "
+            "training graph%s compiled by mindspore.jit in %.1f s, its first step included "
             "(%d graph%s)",
+            "" if rows is None else f" for {rows} target rows",
             seconds,
             len(self.graphs),
             "" if len(self.graphs) == 1 else "s",
+        )
+        return outputs
+
+    def _run_sink(self, sunk: Callable):
+        """One sink of steps; the first compiles the graph (logged with that sink's time)."""
+        if self.graphs:
+            return sunk()
+        started = time.perf_counter()
+        outputs = sunk()
+        outputs[0].asnumpy()
+        self.graphs[("sink", self.train_step.phase)] = seconds = time.perf_counter() - started
+        log.info(
+            "training graph compiled by mindspore.jit over the data sink in %.1f s, its "
+            "first sink of %d steps included",
+            seconds,
+            self.sink_size,
         )
         return outputs
 

@@ -32,6 +32,7 @@ from msdet.engine.runtime.compiler import (
     enable_compile_cache,
     training_graph_key,
 )
+from msdet.engine.runtime.device import world_group
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered
@@ -55,7 +56,11 @@ from msdet.engine.training.fine_tuning import (
     prepare_fine_tuning,
 )
 from msdet.engine.training.graphs import compile_budget, describe_budget
-from msdet.engine.training.jit_loop import JitTrainLoop, check_jit_sink
+from msdet.engine.training.jit_loop import (
+    BucketAgreement,
+    JitTrainLoop,
+    world_sum,
+)
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
     MultiScaleSchedule,
@@ -202,8 +207,17 @@ def run_training(
     started = time.time()
     try:
         if rt.loop == "jit":
-            JitTrainLoop(train_step, rt.world_size, rt.jit_level).train(
-                plan.epochs, dataset, callbacks, initial_epoch=start_epoch
+            JitTrainLoop(
+                train_step,
+                rt.world_size,
+                rt.jit_level,
+                _bucket_agreement(rt, buckets),
+                sink_size=steps_per_sink * plan.accumulate if rt.sink_effective else 0,
+            ).train(
+                plan.epochs * sinks_per_epoch,
+                dataset,
+                callbacks,
+                initial_epoch=start_epoch * sinks_per_epoch,
             )
         else:
             Model(train_step).train(
@@ -346,9 +360,7 @@ def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, start: Start) -> None:
         rt.backend,
         ", data sink" if rt.sink_effective else "",
     )
-    if rt.loop == "jit":
-        check_jit_sink(rt)
-    elif rt.sink and not rt.sink_effective:
+    if rt.sink and not rt.sink_effective:
         log.info(
             "runtime.sink: MindSpore cannot sink data on %s and feeds each step from "
             "the host instead (same results; LossMonitor/TimeMonitor count real steps)",
@@ -390,6 +402,19 @@ def _target_buckets(cfg: Any, rt: Runtime, img_size: tuple[int, int]) -> tuple[i
         "all compiled first" if _compile_all_first(rt, buckets) else "each compiled on first use",
     )
     return buckets
+
+
+def _bucket_agreement(rt: Runtime, buckets: tuple[int, ...]) -> BucketAgreement | None:
+    """The jit loop's agreement on each step's target bucket, where several ranks use
+    target buckets (``engine.training.jit_loop``)."""
+    if rt.world_size <= 1 or len(buckets) <= 1:
+        return None
+    log.info(
+        "target buckets on %d ranks: each step padded to the largest bucket any rank needs "
+        "(every rank compiles a bucket's graph at the same step)",
+        rt.world_size,
+    )
+    return BucketAgreement(buckets, world_sum(world_group()))
 
 
 def _compile_all_first(rt: Runtime, buckets: tuple[int, ...]) -> bool:

@@ -132,15 +132,22 @@ def results(run_dir) -> list[dict[str, float]]:
     return read_results(str(run_dir))
 
 
+def loop_overrides() -> list[str]:
+    """TINY_DP for 2 epochs x 10 steps on 2 ranks, the L1 loss switched on for epoch 2."""
+    changed = {"data.num_train": "40", "train.no_aug_epochs": "1", "train.epochs": "2"}
+    kept = [o for o in TINY_DP if o.split("=", 1)[0] not in changed]
+    return kept + [f"{k}={v}" for k, v in changed.items()] + ["runtime.cpu_kernels=native"]
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory, cache_dir):
-    """train.py on 2 CPU ranks, each dumping its final trainable weights (dp_entry.py)."""
+    """train.py on 2 CPU ranks (Model.train, the default loop), each dumping its final
+    trainable weights (dp_entry.py)."""
     run_dir = tmp_path_factory.mktemp("dp2")
     out, seconds = launch(
         2,
         run_dir,
-        *TINY_DP,
-        "train.epochs=2",
+        *loop_overrides(),
         f"data.cache_dir={cache_dir}",
         env=launcher_env(TRAIN_ENTRY=DP_ENTRY),
     )
@@ -194,7 +201,7 @@ def test_two_ranks_metrics_equal_eval_py_on_the_best_checkpoint(two_ranks, cache
         "eval.py",
         tmp_path / "eval",
         cache_dir,
-        *taken_by("eval.py", TINY_DP),
+        *taken_by("eval.py", loop_overrides()),
         f"ckpt={best}",
         tiny=False,
     )
@@ -232,43 +239,43 @@ def test_two_ranks_train_and_record_the_launch(two_ranks):
     assert "distributed training finished: 2 ranks" in out.stderr
 
 
-def loop_overrides() -> list[str]:
-    """TINY_DP for 2 epochs x 10 steps on 2 ranks, the L1 loss switched on for epoch 2."""
-    changed = {"data.num_train": "40", "train.no_aug_epochs": "1", "train.epochs": "2"}
-    kept = [o for o in TINY_DP if o.split("=", 1)[0] not in changed]
-    return kept + [f"{k}={v}" for k, v in changed.items()] + ["runtime.cpu_kernels=native"]
-
-
 def logged_losses(run_dir) -> list[str]:
     """Rank 0's per-step losses as LossMonitor logged them in train.log."""
     return re.findall(r"  step \d+/\d+  loss (\S+)", Path(run_dir, "train.log").read_text())
 
 
 @pytest.mark.slow
-def test_two_ranks_on_the_jit_loop_equal_two_ranks_on_model_train(tmp_path, cache_dir):
+def test_two_ranks_on_the_jit_loop_equal_two_ranks_on_model_train(two_ranks, tmp_path, cache_dir):
     """runtime.loop=jit on 2 ranks (msdet's loop, the gradients all-reduced inside the
     mindspore.jit step over the communication world group, no auto-parallel context)
-    against Model.train on 2 ranks: the same 20 losses and, on each rank, the same final
-    weights, bit for bit."""
-    runs = {}
-    for loop in ("model", "jit"):
-        run_dir = tmp_path / loop
-        out, seconds = launch(
-            2,
-            run_dir,
-            *loop_overrides(),
-            f"runtime.loop={loop}",
-            f"data.cache_dir={cache_dir}",
-            env=launcher_env(TRAIN_ENTRY=DP_ENTRY),
-        )
-        print(f"2-rank run, runtime.loop={loop}: {seconds:.0f} s")
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        runs[loop] = run_dir
+    against Model.train on 2 ranks (the module's run): the same 20 losses and, on each
+    rank, the same final weights, bit for bit. The jit run uses target buckets, whose
+    padding changes no loss: the ranks agree on each step's bucket, so both compile the
+    same graphs at the same steps."""
+    runs = {"model": two_ranks[0], "jit": tmp_path / "jit"}
+    out, seconds = launch(
+        2,
+        runs["jit"],
+        *loop_overrides(),
+        "runtime.loop=jit",
+        "data.target_buckets=[2]",
+        f"data.cache_dir={cache_dir}",
+        env=launcher_env(TRAIN_ENTRY=DP_ENTRY),
+    )
+    print(f"2-rank run, runtime.loop=jit: {seconds:.0f} s")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     model, jit = logged_losses(runs["model"]), logged_losses(runs["jit"])
     assert len(model) == 20 and jit == model
     train_log = Path(runs["jit"], "train.log").read_text()
     assert "msdet's loop, the step compiled by mindspore.jit" in train_log
     assert "batch 2 x 2 ranks" in train_log
+    assert "target buckets on 2 ranks: each step padded to the largest bucket" in train_log
+    compiled = [
+        re.findall(r"training graph for (\d+) target rows compiled by mindspore.jit",
+                   Path(runs["jit"], "logs", f"worker_{rank}.log").read_text())
+        for rank in range(2)
+    ]  # fmt: skip
+    assert compiled[0] == compiled[1] and len(set(compiled[0])) == 2, compiled
     for rank in range(2):
         want = np.load(runs["model"] / WEIGHTS_FILE.format(rank=rank))
         got = np.load(runs["jit"] / WEIGHTS_FILE.format(rank=rank))

@@ -7,8 +7,8 @@ that chip's own CANN operator tables, on this CPU.
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
 or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
-sink, on the 910A; O0, kernel by kernel, elsewhere and for ``runtime.loop=jit``, whose step
-is never sunk; or ``runtime.jit_level``), compiles the
+sink, on the 910A; O0, kernel by kernel, elsewhere and for ``runtime.loop=jit``; or
+``runtime.jit_level``), compiles the
 graphs msdet runs on it (:mod:`.graphs`) and lists their primitives from MindSpore's IR
 dump, maps each to what runs it on that backend (the GE operator; kernel by kernel the
 aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's tables
@@ -84,11 +84,10 @@ def run_check(
              for c in chips}  # fmt: skip
     from msdet.engine.runtime.device import resolve_sink
 
-    # Data sinking runs Model.train's training step on the device (msdet's default on
-    # Ascend); the jit loop feeds every step from the host.
+    # Data sinking runs the training step on the device (msdet's default on Ascend, both
+    # loops).
     loop = str(cfg.runtime.loop)
-    sinks = loop == "model" and resolve_sink(cfg.runtime.sink, "Ascend")
-    sunk = ("train", distributed_graph(cards)) if sinks else ()
+    sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
     rows, backends = {}, {}
     for chip in chips:
         chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, loop)

@@ -33,8 +33,8 @@ SyncBatchNorm) against one card's. Tolerances are measured figures, stated besid
 Both training loops: with ``runtime.loop=jit`` (a setting like any other) the device side
 runs in PyNative mode and calls the training step, the forward, NMS and the evaluation
 network through ``mindspore.jit``, as ``train.py``'s jit loop does (:func:`as_called`);
-the ranks all-reduce without the auto-parallel context; ``sink`` is skipped (that loop
-feeds every step from the host).
+the ranks all-reduce without the auto-parallel context; ``sink`` runs that loop's sink
+(``mindspore.data_sink``) against its steps fed one by one.
 """
 
 from __future__ import annotations

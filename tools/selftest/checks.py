@@ -174,13 +174,9 @@ def check_overflow(step: Any, rt: Any, ref: dict) -> Check:
 
 
 def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Check:
-    """``Model.train`` with ``steps`` steps in one sink against the same steps fed one by one:
-    the in-graph statistics (loss sums, steps, skips) and the final weights agree."""
-    if rt.loop == "jit":
-        return skipped(
-            "data sinking (sink_size > 1)",
-            "runtime.loop=jit feeds every step from the host (sinking is runtime.loop=model's)",
-        )
+    """The training loop (``Model.train``, or msdet's jit loop over ``mindspore.data_sink``)
+    with ``steps`` steps in one sink against the same steps fed one by one: the in-graph
+    statistics (loss sums, steps, skips) and the final weights agree."""
     if not rt.sink_effective:
         return skipped(
             "data sinking (sink_size > 1)",
@@ -189,6 +185,7 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
     import mindspore.dataset as ds
     from mindspore.train import Model
 
+    from msdet.engine.training.jit_loop import JitTrainLoop
     from msdet.engine.training.step_stats import read_and_reset
 
     batch = tuple(ref[k] for k in ("images", "targets", "mask"))
@@ -198,11 +195,14 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
         data = ds.GeneratorDataset(
             lambda: (batch for _ in range(steps)), ["images", "targets", "mask"]
         )
-        (_, seconds) = timed(
-            lambda step=step, data=data, sink=sink: Model(step).train(
+        if rt.loop == "jit":
+            loop = JitTrainLoop(step, jit_level=rt.jit_level, sink_size=steps if sink else 0)
+            run = lambda loop=loop, data=data: loop.train(1, data, [])  # noqa: E731
+        else:
+            run = lambda step=step, data=data, sink=sink: Model(step).train(  # noqa: E731
                 1, data, dataset_sink_mode=sink, sink_size=steps if sink else -1
             )
-        )
+        (_, seconds) = timed(run)
         stats = read_and_reset(step.stats)
         weights_now = np.concatenate([p.asnumpy().ravel() for p in step.trainable_params()])
         results[sink] = (stats, weights_now, seconds)

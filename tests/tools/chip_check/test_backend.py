@@ -50,8 +50,7 @@ def test_the_chips_backends_are_msdets_and_a_configured_level_wins():
 
 def test_the_jit_loop_is_judged_on_its_own_backend(monkeypatch, tmp_path, capsys):
     """runtime.loop=jit: mindspore.jit compiles for MindSpore's own backend (kernel by kernel
-    on the 910A too, from MindSpore 2.9 on) and never sinks the step, so neither the GE
-    adapters nor the sunk graph's control-flow rule apply."""
+    on the 910A too, from MindSpore 2.9 on), so GE's adapters do not apply."""
     from msdet.engine.runtime import mindspore_compat
     from msdet.engine.runtime.process import Runtime
 
