@@ -124,6 +124,12 @@ def sink_plan(
         log.info("runtime.profile_steps: one step per sink while profiling")
         return 1, steps_per_epoch
     if rt.sink_effective and multiscale[0] > 0:
+        if rt.loop == "jit":
+            raise ValueError(
+                "train.multiscale_range with runtime.sink under runtime.loop=jit: the data "
+                "sink's device queue (mindspore.data_sink) holds one input shape; set "
+                "runtime.sink=false or runtime.loop=model"
+            )
         size = sink_steps(multiscale[1], steps_per_epoch, size)
         return size, steps_per_epoch // size
     if not rt.sink_effective or size in (-1, 0, steps_per_epoch):

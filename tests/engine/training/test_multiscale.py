@@ -198,6 +198,11 @@ def test_trainer_reads_and_checks_the_keys():
     assert sink_plan(ascend, 1848, (0, 10)) == (1848, 1)  # off: one sink per epoch
     cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
     assert sink_plan(cpu, 1848, (5, 10)) == (1848, 1)  # no real sinking on CPU
+    jit = Runtime(device="Ascend", mode="pynative", amp_level="O2", sink=True, sink_size=-1,
+                  loop="jit")  # fmt: skip
+    assert sink_plan(jit, 1848, (0, 10)) == (1848, 1)
+    with pytest.raises(ValueError, match="runtime.sink=false or runtime.loop=model"):
+        sink_plan(jit, 1848, (5, 10))  # mindspore.data_sink's queue has one shape
 
 
 def test_with_target_buckets_each_size_has_a_graph_per_bucket(monkeypatch):
