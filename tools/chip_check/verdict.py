@@ -30,6 +30,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from msdet.tools.chip_check.cann_tables import check
+from msdet.tools.chip_check.depthwise import measured_as
 from msdet.tools.chip_check.ir import CONTROL_FLOW, Row, cell_path
 from msdet.tools.chip_check.mapping import CANN_RENAMES, HCCL, waiver_for
 from msdet.tools.chip_check.values import largest_for
@@ -285,13 +286,14 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
                 f"input {shape} where CANN's kernel takes [N, {constraint['last_dim']}] "
                 f"({constraint['source']})" + (f"; {constraint['guard']}" if guard else "")
             )
-    measured, level = (None, None)
+    measured, level, measured_prim = None, None, row.prim
     if finding.verdict == "aicore(fp16)" and largest is not None:
-        first = row.shapes[0] if row.shapes else None
-        measured, level = largest_for(largest, row.prim, first, cell_path(row.scope))
+        measured_prim, first = measured_as(row.prim, row.shapes)
+        measured, level = largest_for(largest, measured_prim, first, cell_path(row.scope))
     if measured is not None:
         finding.largest = float(measured)
-        finding.notes.append(f"inputs measured at this operator's {level}")
+        whose = "this operator's" if measured_prim == row.prim else f"its {measured_prim}'s"
+        finding.notes.append(f"inputs measured at {whose} {level}")
         if finding.largest > FLOAT16_MAX:
             finding.verdict = "overflows"
             finding.reason = (
