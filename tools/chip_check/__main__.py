@@ -104,7 +104,6 @@ def run_check(
     sunk = ("train", distributed_graph(cards)) if sinks else ()
     rows, backends = {}, {}
     rewrite = {"rewrite": depthwise.rewrite_node} if rewrites else {}
-    log.info("depthwise rewrite %s", rewrite_why)
     for chip in chips:
         chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, loop)
         backends[chip] = (chip_rt.jit_level, chip_rt.backend)

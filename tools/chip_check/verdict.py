@@ -337,14 +337,15 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding], backend
         if f.largest is not None:
             entry[1] = max(entry[1] or 0.0, f.largest)
     order = {v: i for i, v in enumerate(TABLE_ORDER)}
+    width = max([22, *(len(k[1]) for k in merged)])  # the primitives' column
     lines = [f"== {chip} (precision mode {precision_mode}{', ' + backend if backend else ''}) ==",
-             f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
+             f"{'graph':7s} {'primitive':{width}s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
     for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
         graph, prim, dtypes, cann, verdict, reason = key
         count, largest, scope = merged[key]
         extra = f" (inputs up to {largest:.4g})" if largest is not None else ""
         lines.append(
-            f"{graph:7s} {prim:22s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
+            f"{graph:7s} {prim:{width}s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
         )
         if verdict != "aclnn":
             lines.append(

@@ -14,6 +14,7 @@ from msdet.tools.chip_check import depthwise, graphs
 from msdet.tools.chip_check.cann_tables import load_tables
 from msdet.tools.chip_check.ir import Row, collect, parse_ir_file
 from msdet.tools.chip_check.mapping import load_mapping
+from msdet.tools.chip_check.values import value_key
 from msdet.tools.chip_check.verdict import FAILING, judge
 
 TABLES, MAPPING = load_tables(), load_mapping()
@@ -184,6 +185,15 @@ def test_the_rewritten_operators_verdicts_on_both_chips_at_o0_and_o2(tmp_path):
         assert {p: v for p, (v, _) in b.items() if p != "Transpose"} == {
             "DepthwiseConv2dNative": "aicore", "DepthwiseConv2dNativeBackpropInput": "aicore",
             "DepthwiseConv2dNativeBackpropFilter": "aicore"}  # fmt: skip
+    # Run in float16 on the 910A, a rewritten operator's inputs are its convolution's, measured
+    # on CPU at that convolution's instance (the same tensors, the weights transposed).
+    (grad_in,) = by_prim(fp32)["DepthwiseConv2dNativeBackpropInput"]
+    cell = "Gradients/Default/n-N/dw-Conv2d/Grad_Conv2D"
+    largest = {value_key("Conv2DBackpropInput", [2, 8, 6, 6], cell): 7e4,
+               value_key("Conv2DBackpropInput", [2, 8, 6, 6]): 10.0}  # fmt: skip
+    finding = judge(grad_in, "ascend910", "allow_fp32_to_fp16", TABLES, MAPPING, largest)
+    assert (finding.verdict, finding.largest) == ("overflows", 7e4)
+    assert finding.notes == ["inputs measured at its Conv2DBackpropInput's instance"]
     # What a mapping to the non-D kernels (a size that is not a constant) would meet instead:
     for op, size in (("DepthwiseConv2DBackpropFilter", 1), ("DepthwiseConv2DBackpropInput", 0)):
         combos = TABLES[op]["ascend910b"]["aicore"]["combos"]
@@ -209,7 +219,8 @@ def test_the_option_applies_the_rewrite_and_the_report_says_which_and_why(
     assert result["chips"]["ascend910"]["depthwise_rewrite"] is False
     assert "Conv2D" in result["chips"]["ascend910"]["primitives"]["train"]
     out = capsys.readouterr().out
-    assert out.startswith("depthwise rewrite off (auto): not in MindSpore")
+    said = [line for line in out.splitlines() if line.startswith("depthwise rewrite")]
+    assert len(said) == 1 and said[0].startswith("depthwise rewrite off (auto): not in MindSpore")
     assert "kernel by kernel; depthwise rewrite off) ==" in out
 
     status = chip_check.main([*common, "--depthwise-rewrite", "on",
