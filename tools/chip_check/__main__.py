@@ -3,7 +3,7 @@ that chip's own CANN operator tables, on this CPU.
 
     python -m msdet.tools.chip_check [--chips ascend910,ascend910b,ascend310p,ascend310b]
         [--tables TABLES.json] [--waivers WAIVERS.json] [--json REPORT.json] [--no-values]
-        [--cards N] [key=value ...]
+        [--cards N] [--depthwise-rewrite auto|on|off] [key=value ...]
 
 Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
 or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
@@ -18,6 +18,11 @@ operator in float16, the inputs' largest magnitude in a few real training steps
 the exit status is 1 when any operator will not compile or overflows, or is a primitive the
 mapping does not hold (a closed world: what the check cannot place fails), unless a waiver
 (``data/waivers.json`` or ``--waivers``) accepts it with a reason.
+
+Depthwise convolutions: older MindSpore Ascend backends rewrote them into CANN's depthwise
+operators (:mod:`.depthwise`); ``--depthwise-rewrite auto`` (the default) models that
+rewrite where the installed MindSpore's backend carries it (none of 2.7 to 2.10 does),
+``on`` always, ``off`` never. The report says which, and why.
 
 What the tables cannot tell: kernel by kernel (jit level O0/O1, msdet's choice on A2) most
 primitives run as aclnn kernels, whose dtype and chip support CANN documents per API, not
@@ -37,6 +42,7 @@ import sys
 import tempfile
 
 from msdet.common import logs
+from msdet.tools.chip_check import depthwise
 from msdet.tools.chip_check.mapping import load_mapping, load_waivers
 from msdet.tools.chip_check.verdict import (
     DEFAULT_PRECISION,
@@ -66,15 +72,22 @@ def run_check(
     img: int = 128,
     waivers_path: str | None = None,
     cards: int = 8,
+    depthwise_rewrite: str = "auto",
 ) -> dict:
     """The check's report: ``{"chips": {chip: {precision_mode, counts}}, "findings": [...],
-    "failures": n}``."""
+    "failures": n, "depthwise_rewrite": {setting, applied, why}}``."""
     from msdet.common.config import load_config
     from msdet.engine.runtime.process import setup_runtime
     from msdet.tools.chip_check import values as value_ranges
     from msdet.tools.chip_check.cann_tables import load_tables
-    from msdet.tools.chip_check.graphs import chip_runtime, distributed_graph, graph_rows
+    from msdet.tools.chip_check.graphs import (
+        TRAINING_CHIPS,
+        chip_runtime,
+        distributed_graph,
+        graph_rows,
+    )
 
+    rewrites, rewrite_why = depthwise.decide(depthwise_rewrite)
     cfg = load_config("tool", ["runtime=cpu", *overrides, "runtime.cpu_kernels=native"])
     rt = setup_runtime(cfg.runtime, tempfile.mkdtemp(prefix="msdet-chip-check-"))
     tables, mapping = load_tables(tables_path), load_mapping()
@@ -89,12 +102,13 @@ def run_check(
     loop = str(cfg.runtime.loop)
     sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
     rows, backends = {}, {}
+    rewrite = {"rewrite": depthwise.rewrite_node} if rewrites else {}
     for chip in chips:
         chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, loop)
         backends[chip] = (chip_rt.jit_level, chip_rt.backend)
         log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
                  *backends[chip])  # fmt: skip
-        rows[chip] = graph_rows(cfg, rt, chip, img=img, cards=cards)
+        rows[chip] = graph_rows(cfg, rt, chip, img=img, cards=cards, **rewrite)
 
     def findings(largest=None):
         out = []
@@ -115,10 +129,15 @@ def run_check(
                 )  # fmt: skip
                 for r in rows[chip]
             ]
+        for f in out:
+            if f.verdict in FAILING and f.prim in depthwise.MEASURED_AS:
+                f.reason += depthwise.way_out(f.dtypes)
         return out
 
     result = findings()
-    narrowed = sorted({f.prim for f in result if f.verdict == "aicore(fp16)"})
+    # A rewritten operator's inputs are measured on the convolution it replaces.
+    narrowed = sorted({depthwise.MEASURED_AS.get(f.prim, (f.prim,))[0] for f in result
+                       if f.verdict == "aicore(fp16)"})  # fmt: skip
     if values and narrowed:
         log.info("measuring the inputs of %d primitives run in float16: %s", len(narrowed),
                  ", ".join(narrowed))  # fmt: skip
@@ -129,6 +148,11 @@ def run_check(
         "mapping": mapping["_meta"],
         "waivers": waivers,
         "loop": loop,
+        "depthwise_rewrite": {
+            "setting": depthwise_rewrite,
+            "applied": rewrites,
+            "why": rewrite_why,
+        },
         "chips": {
             c: {
                 "precision_mode": modes[c],
@@ -136,6 +160,8 @@ def run_check(
                 "backend": backends[c][1],
                 "counts": counts.get(c, {}),
                 "primitives": primitive_counts(rows[c]),
+                # None: an inference chip's exported network goes to ATC, not MindSpore's backend
+                "depthwise_rewrite": rewrites if c in TRAINING_CHIPS else None,
             }
             for c in chips
         },
@@ -168,17 +194,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--img", type=int, default=128, help="input size of the graphs built")
     parser.add_argument("--cards", type=int, default=8,
                         help="also the data-parallel training step of this many cards (1: none)")  # fmt: skip
+    parser.add_argument("--depthwise-rewrite", choices=("auto", "on", "off"), default="auto",
+                        help="judge depthwise convolutions as older MindSpore Ascend backends "
+                        "rewrote them (auto: where the installed MindSpore does)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="config settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     logs.setup_logging()
     chips = tuple(c.strip() for c in args.chips.split(",") if c.strip())
     report = run_check(
-        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers, args.cards
-    )
+        chips, args.overrides, args.tables, not args.no_values, args.img, args.waivers, args.cards,
+        args.depthwise_rewrite,
+    )  # fmt: skip
     findings = report.pop("_findings")
+    rewrite = report["depthwise_rewrite"]
+    print(f"depthwise rewrite {rewrite['why']}", end="\n\n")
     for chip in chips:
         info = report["chips"][chip]
         backend = f"runtime.loop={report['loop']}, jit level {info['jit_level']}: {info['backend']}"
+        if info["depthwise_rewrite"] is not None:
+            backend += f"; depthwise rewrite {'on' if info['depthwise_rewrite'] else 'off'}"
         print(format_chip(chip, info["precision_mode"], findings, backend), end="\n\n")
     print(NOTE)
     with open(args.json, "w", encoding="utf-8") as f:

@@ -29,6 +29,7 @@ AllReduce and a Mul either way).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -84,10 +85,18 @@ def chip_runtime(
 
 
 def graph_rows(
-    cfg: Any, rt: Any, chip: str, img: int = 128, batch: int = 2, cards: int = 1
+    cfg: Any,
+    rt: Any,
+    chip: str,
+    img: int = 128,
+    batch: int = 2,
+    cards: int = 1,
+    rewrite: Callable[[dict], list[dict]] | None = None,
 ) -> list[Row]:
     """Every primitive of the graphs msdet runs on ``chip``, with input dtypes as compiled
-    (``cards`` > 1: also the data-parallel training step of that many cards)."""
+    (``cards`` > 1: also the data-parallel training step of that many cards; ``rewrite``: a
+    pass of MindSpore's Ascend backend applied to each IR node of a training chip's graphs,
+    :func:`.depthwise.rewrite_node`; the exported network goes to ATC, not through it)."""
     import mindspore as ms
 
     from msdet.models.inference import InferenceNet, build_nms
@@ -99,8 +108,11 @@ def graph_rows(
     )
     rows: list[Row] = []
 
+    backend_pass = rewrite if chip in TRAINING_CHIPS else None
+
     def add(graph: str, cell, *inputs) -> None:
-        for prim, dtypes, shapes, count, scope in list_primitives(cell, *inputs, by_cell=True):
+        listed = list_primitives(cell, *inputs, by_cell=True, rewrite=backend_pass)
+        for prim, dtypes, shapes, count, scope in listed:
             rows.append(Row(graph, prim, dtypes, shapes, count, scope))
 
     images = ms.Tensor(np.zeros((batch, 3, img, img), np.float32))

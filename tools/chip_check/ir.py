@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,8 +169,53 @@ def _parse_abstract(item: str):
     return typ, shape
 
 
+def _split_attrs(body: str) -> list[str]:
+    """``key: value`` items of a node's attribute text, split at commas outside brackets and
+    quotes (values hold ``(3, 3)``, ``[x, w]``, ``"NCHW"``)."""
+    out, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(body):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "([{":
+            depth += 1
+        elif not quoted and ch in ")]}":
+            depth -= 1
+        elif not quoted and ch == "," and depth == 0:
+            out.append(body[start:i].strip())
+            start = i + 1
+    if body[start:].strip():
+        out.append(body[start:].strip())
+    return out
+
+
+def primitive_attrs(line: str) -> dict[str, str]:
+    """The ``primitive_attrs: {...}`` of a node's line, as ``{name: value text}`` (``group``:
+    ``I64(8)``, ``format``: ``"NCHW"``); empty when the line has none."""
+    head = "primitive_attrs: {"
+    at = line.find(head)
+    if at < 0:
+        return {}
+    start = end = at + len(head)
+    depth, quoted = 1, False
+    while end < len(line) and depth:
+        if line[end] == '"':
+            quoted = not quoted
+        elif not quoted and line[end] == "{":
+            depth += 1
+        elif not quoted and line[end] == "}":
+            depth -= 1
+        end += 1
+    attrs = {}
+    for item in _split_attrs(line[start : end - 1]):
+        name, sep, value = item.partition(":")
+        if sep:
+            attrs[name.strip()] = value.strip()
+    return attrs
+
+
 def parse_ir_file(path: str) -> list[dict]:
-    """All CNodes of one IR text file: dicts with prim, inputs [(dtype, shape)], outputs, scope."""
+    """All CNodes of one IR text file: dicts with prim, inputs [(dtype, shape)], outputs,
+    scope and attrs (:func:`primitive_attrs`)."""
     nodes = []
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.readlines()
@@ -183,7 +229,8 @@ def parse_ir_file(path: str) -> list[dict]:
         if prim == "Custom":  # ops.Custom: keep which function/kernel it is
             mf = re.search(r'func_name: "([^"]*)"', lines[i])
             prim = f"Custom:{mf.group(1)}" if mf else prim
-        node = {"prim": prim, "inputs": [], "outputs": [], "scope": ""}
+        node = {"prim": prim, "inputs": [], "outputs": [], "scope": "",
+                "attrs": primitive_attrs(lines[i])}  # fmt: skip
         # Constant tensor arguments are printed inline and may span several lines:
         # the abstract line is the first "    : (...) -> (...)" before the next node.
         j = i + 1
@@ -240,16 +287,21 @@ def collect(
     include_virtual: bool = False,
     by_shape: bool = True,
     by_cell: bool = False,
+    rewrite: Callable[[dict], list[dict]] | None = None,
 ):
     """Parse a dump folder. Returns [(prim, [input dtypes], [input shapes], count, scope of
     the first)], sorted by primitive name; graph plumbing is left out unless
     ``include_virtual``, control flow (:data:`CONTROL_FLOW`) never. Monad inputs are
     dropped. With ``by_shape=False`` shapes are left out of the grouping key (the shapes of
     the first occurrence are returned); with ``by_cell`` the cells an operator sits in
-    (:func:`cell_path`) are in it, one row per operator instance and shape."""
+    (:func:`cell_path`) are in it, one row per operator instance and shape. ``rewrite``:
+    a backend pass applied to each parsed node first (one node in, the nodes it becomes
+    out: :func:`.depthwise.rewrite_node`)."""
     counter = collections.OrderedDict()
     for path in _stage_files(dump_dir, stage):
-        for node in parse_ir_file(path):
+        parsed = parse_ir_file(path)
+        nodes = [new for node in parsed for new in rewrite(node)] if rewrite else parsed
+        for node in nodes:
             name = prim_name(node["prim"])
             hidden = name in VIRTUAL_PRIMS and name not in CONTROL_FLOW
             if name is None or (not include_virtual and hidden):
@@ -289,9 +341,11 @@ def list_primitives(
     include_virtual=False,
     by_shape=True,
     by_cell=False,
+    rewrite=None,
 ):
     """Compile ``cell`` (``Cell.compile(*inputs)``, nothing runs) or call ``fn(*inputs)``
-    once, with MindSpore's IR dump on; return ``collect(...)`` of the dump.
+    once, with MindSpore's IR dump on; return ``collect(...)`` of the dump (``rewrite``:
+    :func:`collect`'s).
 
     Put the context (GRAPH_MODE, device CPU, ``cell.set_train(True)`` for training
     graphs, AMP) in place before calling. ``keep_dir``: where to leave the IR files
@@ -323,7 +377,7 @@ def list_primitives(
             _keep_later_dumps_out_of_the_working_directory()
     try:
         return collect(dump_dir, stage=stage, include_virtual=include_virtual, by_shape=by_shape,
-                       by_cell=by_cell)  # fmt: skip
+                       by_cell=by_cell, rewrite=rewrite)  # fmt: skip
     finally:
         if keep_dir is None:
             shutil.rmtree(dump_dir, ignore_errors=True)

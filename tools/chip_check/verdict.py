@@ -30,6 +30,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from msdet.tools.chip_check.cann_tables import check
+from msdet.tools.chip_check.depthwise import measured_as
 from msdet.tools.chip_check.ir import CONTROL_FLOW, Row, cell_path
 from msdet.tools.chip_check.mapping import CANN_RENAMES, HCCL, waiver_for
 from msdet.tools.chip_check.values import largest_for
@@ -285,13 +286,14 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
                 f"input {shape} where CANN's kernel takes [N, {constraint['last_dim']}] "
                 f"({constraint['source']})" + (f"; {constraint['guard']}" if guard else "")
             )
-    measured, level = (None, None)
+    measured, level, measured_prim = None, None, row.prim
     if finding.verdict == "aicore(fp16)" and largest is not None:
-        first = row.shapes[0] if row.shapes else None
-        measured, level = largest_for(largest, row.prim, first, cell_path(row.scope))
+        measured_prim, first = measured_as(row.prim, row.shapes)
+        measured, level = largest_for(largest, measured_prim, first, cell_path(row.scope))
     if measured is not None:
         finding.largest = float(measured)
-        finding.notes.append(f"inputs measured at this operator's {level}")
+        whose = "this operator's" if measured_prim == row.prim else f"its {measured_prim}'s"
+        finding.notes.append(f"inputs measured at {whose} {level}")
         if finding.largest > FLOAT16_MAX:
             finding.verdict = "overflows"
             finding.reason = (
@@ -335,14 +337,15 @@ def format_chip(chip: str, precision_mode: str, findings: list[Finding], backend
         if f.largest is not None:
             entry[1] = max(entry[1] or 0.0, f.largest)
     order = {v: i for i, v in enumerate(TABLE_ORDER)}
+    width = max([22, *(len(k[1]) for k in merged)])  # the primitives' column
     lines = [f"== {chip} (precision mode {precision_mode}{', ' + backend if backend else ''}) ==",
-             f"{'graph':7s} {'primitive':22s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
+             f"{'graph':7s} {'primitive':{width}s} {'dtypes':20s} {'n':>4s} {'CANN op':16s} verdict"]  # fmt: skip
     for key in sorted(merged, key=lambda k: (order.get(k[4], 9), k[0], k[1])):
         graph, prim, dtypes, cann, verdict, reason = key
         count, largest, scope = merged[key]
         extra = f" (inputs up to {largest:.4g})" if largest is not None else ""
         lines.append(
-            f"{graph:7s} {prim:22s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
+            f"{graph:7s} {prim:{width}s} {dtypes[:20]:20s} {count:4d} {cann[:16]:16s} {verdict}{extra}"
         )
         if verdict != "aclnn":
             lines.append(
