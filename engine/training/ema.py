@@ -74,15 +74,21 @@ class ModelEMA(nn.Cell):
         float32 = all(a.dtype == np.float32 for a in arrays)
         self.flat = flat_ema_op(library, len(params)) if library and float32 and params else None
 
-    def construct(self):
-        updates = self.updates + 1.0
+    def construct(self, moves=None):
+        # `moves` (a boolean; an accumulation window's last call): False leaves the averages
+        # and the update count as they are (a weight of 0), a select rather than a branch.
+        step = 1.0 if moves is None else moves.astype(ms.float32)
+        updates = self.updates + step
         ops.assign(self.updates, updates)
         d = self.decay * (1.0 - ops.exp(ops.div(-updates, self.ramp)))
+        weight = 1.0 - d
+        if moves is not None:
+            weight = weight * step
         if self.flat is not None:
-            return self.flat(1.0 - d, *self.sources, self.buffer)
+            return self.flat(weight, *self.sources, self.buffer)
         # ema + (1 - d) * (value - ema) == d * ema + (1 - d) * value, in one Lerp kernel
         values = ops.concat(self.hyper_map(flat_value, self.sources))
-        return ops.assign(self.buffer, ops.lerp(self.buffer, values, 1.0 - d))
+        return ops.assign(self.buffer, ops.lerp(self.buffer, values, weight))
 
     def named_averages(self) -> dict[str, np.ndarray]:
         """{parameter name: its average}, each in its parameter's shape and dtype."""

@@ -107,7 +107,8 @@ class DecayInKernelSGD(nn.SGD):
     momentum buffer and first-step flag are written only when momentum > 0), CANN's
     (``impl/sgd.py``: ``accum`` and ``stat`` written only where momentum != 0) and msdet's
     kernel then leave every Parameter as it was; the step counter advances either way, as
-    YOLOX's schedule counts skipped iterations. Where ``keep`` is True the inputs are
+    YOLOX's schedule counts skipped iterations, unless ``counts`` (a boolean) is False: a
+    call inside a gradient-accumulation window. Where ``keep`` is True the inputs are
     passed through unchanged: the same update, bit for bit.
     """
 
@@ -127,9 +128,12 @@ class DecayInKernelSGD(nn.SGD):
             )
             self.flat_decays = Tensor(np.array(decays, np.float32))
 
-    def construct(self, gradients, keep=None):
+    def construct(self, gradients, keep=None, counts=None):
         if keep is None and self.flat is None:
             return super().construct(gradients)
+        step = self.global_step_increase_tensor
+        if counts is not None:
+            step = ops.select(counts, step, ops.zeros_like(step))
         lr = self.get_lr()
         momentum = self.momentum
         if keep is not None:
@@ -145,13 +149,13 @@ class DecayInKernelSGD(nn.SGD):
             gradients = self.hyper_map(ops.partial(_gate, keep), gradients)
             gradients = self.gradients_centralization(gradients)
             gradients = self.scale_grad(gradients)
-            self.assignadd(self.global_step, self.global_step_increase_tensor)
+            self.assignadd(self.global_step, step)
             if self.is_group_lr:
                 return self.hyper_map_reverse(ops.partial(_sgd_step, momentum), lr, gradients,
                                               self._parameters, self.accum, self.stat, self.opt)  # fmt: skip
             return self.hyper_map_reverse(ops.partial(_sgd_step, momentum, lr), gradients,
                                           self._parameters, self.accum, self.stat, self.opt)  # fmt: skip
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        self.assignadd(self.global_step, step)
         dampening, nesterov = self.flat_settings
         return self.flat(
             lr,

@@ -11,8 +11,8 @@ series), the register is cleared before the step (forward and backward are one g
 and read and cleared after the backward pass; the overflow flag is then summed over the
 ranks, so every rank skips the same steps and the weights stay identical. The skip is a
 select on the update's inputs (``DecayInKernelSGD``), not a branch as in MindSpore's own
-loss-scale cell: a graph that data sinking runs on the device then holds no control flow
-(with ``accumulate`` > 1 the window's last call still branches). A skipped step still
+loss-scale cell: a graph that data sinking runs on the device then holds no control flow.
+A skipped step still
 advances the learning-rate schedule and the EMA, as every iteration does in YOLOX. Per-step statistics are summed in-graph (``engine.training.step_stats``).
 
 Gradient accumulation (``accumulate`` = k > 1): the Cell is called once per micro-batch
@@ -20,7 +20,10 @@ and one optimizer step spans k calls, a *window*. Each call adds its (rank-avera
 still loss-scaled) gradients to Parameter buffers ``accumulate.grad.<name>``; the k-th
 call divides the sum by k (and the loss scale), clips, decides on overflow for the whole
 window, and makes the one optimizer step, EMA update, LR step and loss-scale adjustment;
-the buffers restart at zero. Why this design rather than k micro-batches per call (a
+the buffers restart at zero. Like the skip, the window's end is a select, not a branch:
+every call runs the update with its inputs gated (the other calls' rate, momentum and
+gradients 0, EMA weight 0, step counters unchanged), which leaves every Parameter as it
+was. Why this design rather than k micro-batches per call (a
 k x batch input split by a static loop inside the graph):
 
 - memory, the reason to accumulate: one micro-batch's activations live at a time, plus
@@ -38,8 +41,7 @@ The cost is that MindSpore's own step counters (callbacks' ``cur_step_num``, a s
 length) count calls, i.e. micro-batches: the trainer converts (``engine.training.trainer``), and
 the in-graph statistics count optimizer steps (a window adds one step, with the window's
 mean losses and summed foreground count, only on its last call). Gradients are reduced
-over ranks on every micro-batch: the AllReduce stays outside graph control flow, where
-collectives are safe on every backend, at k times the communication of reducing once per
+over ranks on every micro-batch, at k times the communication of reducing once per
 window. Overflow: a non-finite gradient (or status-register flag, or fp32 non-finite
 loss) in any micro-batch of any rank skips the whole window's step. The counters and
 buffers are Parameters of this Cell, saved in checkpoints with it, so a save in the
@@ -352,21 +354,18 @@ class TrainStep(nn.Cell):
             finite = ms.Tensor(True)
         skipped = ops.logical_and(closes, ops.logical_not(finite))
         report = tuple(means[i] for i in range(6))
-        # Before the branch, one statistics step per window, on its last call: a Parameter
-        # first touched after graph control flow no longer sees the host's set_data
-        # (measured with MindSpore 2.10).
+        # One statistics step per window, on its last call.
         closes = ops.depend(closes, self.stats(report, skipped, closes))
-        if closes:
-            if not self.check_overflow or finite:
-                # The window's mean gradient: the sum over k micro-batches, unscaled.
-                self.optimizer(self._unscaled_clipped(sums, scale * float(self.accumulate)))
-            else:  # a skipped window still advances the schedule (see construct)
-                step = self.optimizer.global_step
-                ops.assign_add(step, ops.ones_like(step))
-            if self.use_ema:
-                self.ema()
-            if self.dynamic_scale:
-                self._adjust_scale(finite)
+        # The window's mean gradient (the sum over k micro-batches, unscaled) updates the
+        # weights on the window's last call, if finite; the step counter, the EMA and the
+        # loss scale move on that call, a skipped window's too (see construct). Selects,
+        # not a branch: on the other calls every input is gated to a no-op.
+        applies = ops.logical_and(closes, finite) if self.check_overflow else closes
+        self.optimizer(self._unscaled_clipped(sums, scale * float(k)), applies, closes)
+        if self.use_ema:
+            self.ema(closes)
+        if self.dynamic_scale:
+            self._adjust_scale(finite, closes)
         ops.assign(self.micro_step, ops.select(closes, ops.zeros_like(micro), micro + 1))
         ops.assign(self.window_bad, ops.select(closes, ops.zeros_like(bad), bad))
         ops.assign(
@@ -417,8 +416,9 @@ class TrainStep(nn.Cell):
             bad = self.allreduce(bad)
         return bad < self.half
 
-    def _adjust_scale(self, finite):
-        # Halve on overflow; double after `scale_window` good steps in a row.
+    def _adjust_scale(self, finite, moves=None):
+        # Halve on overflow; double after `scale_window` good steps in a row. `moves`
+        # (an accumulation window's last call): False leaves scale and count as they are.
         good = ops.select(finite, self.good_steps + 1, ops.zeros_like(self.good_steps))
         grow = good >= self.scale_window
         new_scale = ops.select(
@@ -426,6 +426,10 @@ class TrainStep(nn.Cell):
             ops.select(grow, self.scale * 2.0, self.scale),
             ops.maximum(self.scale * 0.5, 1.0),
         )
-        ops.assign(self.good_steps, ops.select(grow, ops.zeros_like(good), good))
+        new_good = ops.select(grow, ops.zeros_like(good), good)
+        if moves is not None:
+            new_good = ops.select(moves, new_good, self.good_steps)
+            new_scale = ops.select(moves, new_scale, self.scale)
+        ops.assign(self.good_steps, new_good)
         ops.assign(self.scale, new_scale)
         return True

@@ -1,5 +1,5 @@
 """The primitives of the compiled training step with its skip as a select and as a branch,
-printed as JSON (``python -m tests.engine.training.branch_probe``: a process of its own, the
+and with a gradient-accumulation window, printed as JSON (``python -m tests.engine.training.branch_probe``: a process of its own, the
 IR dump cannot be turned off again)."""
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ if __name__ == "__main__":
     one = ms.Tensor(np.ones(1, np.float32))
     x = ms.Tensor(np.ones(3, np.float32))
     found = {}
-    for name, cls in (("select", TrainStep), ("branch", BranchingStep)):
+    variants = (("select", TrainStep, 1), ("branch", BranchingStep, 1), ("window", TrainStep, 4))
+    for name, cls, k in variants:
         net = Affine()
-        step = cls(net, build_optimizer(net, 0.1, CFG), skip_nonfinite=True)
+        extra = {"accumulate": k} if k > 1 else {}
+        step = cls(net, build_optimizer(net, 0.1, CFG), skip_nonfinite=True, **extra)
         step.set_train(True)
         rows = list_primitives(step, x, one, one, include_virtual=True)
         found[name] = sorted({row[0] for row in rows})

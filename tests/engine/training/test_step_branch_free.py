@@ -72,3 +72,6 @@ def test_the_compiled_step_holds_no_control_flow():
     # The chip check fails the branch in a sunk graph, and passes the select.
     assert found["branch_failing"] == [["Switch", "control-flow"]]
     assert found["select_failing"] == []
+    # An accumulation window (train.accumulate=4) ends with a select too.
+    assert "Switch" not in found["window"] and "SGD" in found["window"]
+    assert found["window_failing"] == []
