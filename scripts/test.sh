@@ -34,10 +34,11 @@ fi
 export MSDET_REQUIRE_TORCH=1
 # Two pytest workers where there are two cores (MSDET_TEST_WORKERS=0: one process). Most of
 # a slow test is MindSpore compiling graphs on one thread, so two of them share two cores
-# well; each worker takes whole files (--dist loadfile), so a module's fixtures run once.
+# well; each worker takes whole files (--dist loadfile), so a module's fixtures run once, in
+# the order tests/conftest.py gives them (the longest files first: --no-loadscope-reorder).
 WORKERS=${MSDET_TEST_WORKERS:-$(($(nproc) >= 2 ? 2 : 0))}
 PARALLEL=()
 if [ "${WORKERS}" -gt 0 ]; then
-    PARALLEL=(-n "${WORKERS}" --dist loadfile)
+    PARALLEL=(-n "${WORKERS}" --dist loadfile --no-loadscope-reorder)
 fi
 exec "${VENV}/bin/python" -m pytest "${PARALLEL[@]}" "$@"

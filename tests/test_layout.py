@@ -308,3 +308,11 @@ def test_the_mirror_of_a_module_and_of_a_packages_main():
         ROOT / "tests" / "tools" / "chip_check" / "test_ir.py"
     )
     assert mirrored_test(ROOT / "tools" / "selftest" / "__main__.py").name == "test_main.py"
+
+
+def test_the_files_scheduled_first_exist():
+    """tests/conftest.py's scheduling hint names test files that are there."""
+    from tests.conftest import SLOWEST_FILES
+
+    missing = [f for f in SLOWEST_FILES if not (ROOT / f).is_file()]
+    assert SLOWEST_FILES and missing == []
