@@ -145,6 +145,7 @@ class JitTrainLoop:
         self.sink_size = int(sink_size)
         self.sink = sink
         self.graphs: dict[tuple, float] = {}  # (phase, input shapes) -> first call's seconds
+        self.steps_run = 0  # this process's steps fed from the host
 
     def train(self, epochs: int, dataset, callbacks: list, initial_epoch: int = 0) -> None:
         """The training run (see the class docstring); returns when the epochs are done or
@@ -220,6 +221,7 @@ class JitTrainLoop:
     def _run(self, inputs: tuple):
         """One step; the first call of each graph (a new size or input shape) compiles it,
         and its time is logged as the compile time (with that first step in it)."""
+        self.steps_run += 1
         key = (self.train_step.phase, input_shapes(inputs))
         if key in self.graphs:
             return self.step(*inputs)
@@ -229,9 +231,10 @@ class JitTrainLoop:
         self.graphs[key] = seconds = time.perf_counter() - started
         rows = target_rows(inputs)
         log.info(
-            "training graph%s compiled by mindspore.jit in %.1f s, its first step included "
-            "(%d graph%s)",
+            "training graph%s compiled by mindspore.jit at step %d in %.1f s, that step "
+            "included (%d graph%s)",
             "" if rows is None else f" for {rows} target rows",
+            self.steps_run,
             seconds,
             len(self.graphs),
             "" if len(self.graphs) == 1 else "s",
