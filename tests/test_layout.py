@@ -312,7 +312,7 @@ def test_the_mirror_of_a_module_and_of_a_packages_main():
 
 def test_the_files_scheduled_first_exist():
     """tests/conftest.py's scheduling hint names test files that are there."""
-    from tests.conftest import SLOWEST_FILES
+    from tests.support.scheduling import SLOWEST_FILES
 
     missing = [f for f in SLOWEST_FILES if not (ROOT / f).is_file()]
     assert SLOWEST_FILES and missing == []
