@@ -311,7 +311,8 @@ def test_the_mirror_of_a_module_and_of_a_packages_main():
 
 
 def test_the_files_scheduled_first_exist():
-    """tests/conftest.py's scheduling hint names test files that are there."""
+    """The scheduling hint (tests/support/scheduling.py, applied by tests/conftest.py) names
+    test files that are there."""
     from tests.support.scheduling import SLOWEST_FILES
 
     missing = [f for f in SLOWEST_FILES if not (ROOT / f).is_file()]

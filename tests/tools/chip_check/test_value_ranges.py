@@ -21,11 +21,16 @@ def write_dump(root, name, array, index=0):
     np.save(folder / f"{name}.0.0.17965.input.{index}.DefaultFormat.Float32.npy", array)
 
 
-def test_measurements_are_kept_per_instance_shape_and_type(tmp_path):
-    write_dump(tmp_path, "TopK." + ASSIGNER.replace("/", "_") + "_TopK-op3",
+def write_two_topks(root):
+    """The assigner's TopK within float16 (60,000), the NMS's TopK beyond it (1e6)."""
+    write_dump(root, "TopK." + ASSIGNER.replace("/", "_") + "_TopK-op3",
                np.full((2, 50, 336), -60000.0, np.float32))  # fmt: skip
-    write_dump(tmp_path, "TopK." + NMS.replace("/", "_") + "_TopK-op0",
+    write_dump(root, "TopK." + NMS.replace("/", "_") + "_TopK-op0",
                np.full((2, 336), 1e6, np.float32))  # fmt: skip
+
+
+def test_measurements_are_kept_per_instance_shape_and_type(tmp_path):
+    write_two_topks(tmp_path)
     found = values.largest_inputs(str(tmp_path))
     assert found["TopK"] == 1e6  # per type: the larger of the two
     assert found[values.value_key("TopK", (2, 50, 336))] == 60000.0
@@ -36,10 +41,7 @@ def test_measurements_are_kept_per_instance_shape_and_type(tmp_path):
 
 
 def test_one_instance_within_float16_passes_where_another_overflows(tmp_path):
-    write_dump(tmp_path, "TopK." + ASSIGNER.replace("/", "_") + "_TopK-op3",
-               np.full((2, 50, 336), -60000.0, np.float32))  # fmt: skip
-    write_dump(tmp_path, "TopK." + NMS.replace("/", "_") + "_TopK-op0",
-               np.full((2, 336), 1e6, np.float32))  # fmt: skip
+    write_two_topks(tmp_path)
     largest = values.largest_inputs(str(tmp_path))
     tables, mapping = load_tables(), load_mapping()
 
