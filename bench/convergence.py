@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--minutes", type=float, default=None, help="stop after the last epoch that fits"
     )
-    parser.add_argument("--out", default="outputs/convergence")
+    parser.add_argument("--out", default="runs/convergence")
     parser.add_argument("--record", default=RECORD, help="JSON lines file of finished runs")
     parser.add_argument("--multiscale", type=int, default=0, help="multi-scale range R (0: off)")
     parser.add_argument(

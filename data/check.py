@@ -9,7 +9,7 @@ ids, malformed annotations, duplicate file names, images without boxes,
 classes without boxes, the boxes per class, and box sizes on the network input (the
 letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
 as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) into ``--out``
-(default ``outputs/data_check``).
+(default ``runs/data_check``, beside the run folders).
 
 Only what training cannot get past is an error (a missing or unreadable annotation file,
 no images, no categories, broken image or category entries, duplicate image ids, two
@@ -59,7 +59,7 @@ OUTSIDE_TOLERANCE = 1.0
 MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
 LABELS_FILE = "labels.png"
-DEFAULT_OUT = "outputs/data_check"
+DEFAULT_OUT = "runs/data_check"
 MISSING = "missing"  # what the decoder reports for a file that is not there
 
 # Each warning the report can hold, with what training does about it.

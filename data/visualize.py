@@ -2,7 +2,7 @@
 pictures, the val grid, the data check), and a command that draws augmented training
 samples with their boxes, to check the data pipeline by eye:
 
-    python -m msdet.data.visualize --num 8 --out outputs/vis data=shapes data.img_size=[416,416]
+    python -m msdet.data.visualize --num 8 --out runs/vis data=shapes data.img_size=[416,416]
 
 Trailing arguments are overrides of ``configs/config.yaml``. The samples are exactly what
 training sees in ``--epoch`` (mosaic and mixup are off in the last
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     """Write ``--num`` annotated training samples to ``--out``; returns the file paths."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num", type=int, default=8, help="samples to draw")
-    parser.add_argument("--out", default="outputs/data_vis", help="output folder")
+    parser.add_argument("--out", default="runs/data_vis", help="output folder")
     parser.add_argument("--epoch", type=int, default=0, help="training epoch to show (0-based)")
     parser.add_argument("overrides", nargs="*", help="settings, e.g. data=coco")
     args = parser.parse_args(argv)
