@@ -29,6 +29,14 @@ BN_EPS = 1e-3
 BN_MOMENTUM = 0.97
 
 
+def batchnorm_settling_steps(share: float = 0.05) -> int:
+    """Forward passes in training mode after which BatchNorm's running statistics keep less
+    than ``share`` of their initial values (mean 0, variance 1): the least ``n`` with
+    ``BN_MOMENTUM ** n < share`` (99 for 5 %). Before that, a network trained from scratch
+    computes in inference mode with statistics that are not yet its own."""
+    return math.floor(math.log(share) / math.log(BN_MOMENTUM)) + 1
+
+
 def conv2d(
     in_channels: int,
     out_channels: int,

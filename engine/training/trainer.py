@@ -78,6 +78,7 @@ from msdet.engine.training.schedule import Schedule, multiscale_settings, sink_p
 from msdet.engine.training.step import TrainStep, build_train_step
 from msdet.engine.training.validation import TrainingEvaluation
 from msdet.models.description import DESCRIPTION_KEY, describe
+from msdet.models.layers import batchnorm_settling_steps
 from msdet.models.loss import YOLOXLoss
 from msdet.models.release_weights import release_for
 from msdet.models.sync_batchnorm import convert_sync_batchnorm
@@ -195,6 +196,7 @@ def run_training(
         buckets=buckets,
     )
     _log_plan(cfg, rt, plan, fine_tuning.start)
+    _note_early_evaluations(callbacks, plan, fine_tuning.start, start_epoch)
     ms_range = multiscale_settings(tcfg)[0]
     sizes = 1 if ms_range == 0 else len(all_sizes(img_size, ms_range))
     device_nms = rt.device == "Ascend" and not rt.host_nms
@@ -320,6 +322,39 @@ def _checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
         OmegaConf.to_container(cfg, resolve=True),
     )
     return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
+
+
+def _note_early_evaluations(
+    callbacks: list, plan: Schedule, start: Start, start_epoch: int
+) -> None:
+    """From scratch, name the evaluations that come before BatchNorm's running statistics
+    are the network's own (:func:`batchnorm_settling_steps`). Measured (32 shapes images,
+    batch 8, 128 px, evaluated every epoch): the val IoU term at its maximum (every box size
+    infinite, an overflowing exp) to step 48, the val loss in the hundreds to step 64 and
+    near its later values from step 96, while the training loss fell steadily
+    (docs/training.md)."""
+    evaluation = next((c for c in callbacks if isinstance(c, EvalCallback)), None)
+    settled = batchnorm_settling_steps()
+    if not start.scratch or evaluation is None:
+        return
+    early = [e for e in range(start_epoch + 1, plan.epochs + 1)
+             if e * plan.calls_per_epoch < settled and evaluation.due(e)]  # fmt: skip
+    if early:
+        which = (
+            f"evaluation of epoch {early[0]} scores"
+            if len(early) == 1
+            else f"evaluations of epochs {', '.join(map(str, early))} score"
+            if len(early) <= 3
+            else f"evaluations of epochs {early[0]} to {early[-1]} score"
+        )
+        log.info(
+            "evaluation: from scratch, BatchNorm's running statistics keep over 5%% of their "
+            "initial values for %d training steps (YOLOX's momentum 0.03): the %s a network "
+            "not yet itself in inference mode (mAP near 0, val losses in the hundreds), "
+            "whatever the data",
+            settled - 1,
+            which,
+        )
 
 
 def _log_plan(cfg: Any, rt: Runtime, plan: Schedule, start: Start) -> None:

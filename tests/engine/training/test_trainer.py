@@ -177,3 +177,51 @@ def test_the_epoch_line_is_printed_once_the_epochs_checkpoint_is_on_disk(tmp_pat
     assert line[0][1] == ["best.ckpt", "epoch_0001.ckpt", "last.ckpt"]
     assert line[0][0].endswith("mAP 0.250 mAP50 0.500")
     assert (tmp_path / "results.csv").is_file()
+
+
+def test_batchnorm_settles_after_the_steps_its_momentum_gives():
+    from msdet.models.layers import BN_MOMENTUM, batchnorm_settling_steps
+
+    n = batchnorm_settling_steps()
+    assert n == 99  # YOLOX's momentum 0.03
+    assert BN_MOMENTUM**n < 0.05 <= BN_MOMENTUM ** (n - 1)
+    assert batchnorm_settling_steps(0.5) == 23  # 0.97^22 = 0.512, 0.97^23 = 0.496
+
+
+@pytest.mark.parametrize(
+    "start,start_epoch,interval,note",
+    [
+        # 8 steps an epoch: steps 8..96 are epochs 1..12, epoch 13 ends at step 104
+        (None, 0, 1, "the evaluations of epochs 1 to 12 score a network"),
+        (None, 0, 5, "the evaluations of epochs 5, 10 score a network"),
+        (None, 10, 1, "the evaluations of epochs 11, 12 score a network"),
+        (None, 0, 13, None),  # the first evaluation is after step 99
+        (None, 12, 1, None),  # resumed past it
+        ("pretrained.ckpt", 0, 1, None),  # the statistics are the pretrained network's
+    ],
+)
+def test_early_evaluations_from_scratch_are_named(start, start_epoch, interval, note, caplog):
+    """A run from scratch says which evaluations come before BatchNorm's running
+    statistics settle (what made a short run's val loss ~1000 and mAP 0 with a training
+    loss falling as usual)."""
+    import logging
+
+    from msdet.engine.training.callbacks.base import TrainState
+    from msdet.engine.training.callbacks.evaluation import EvalCallback
+    from msdet.engine.training.fine_tuning import Start
+    from msdet.engine.training.schedule import Schedule
+    from msdet.engine.training.trainer import _note_early_evaluations
+
+    plan = Schedule(batch=8, ranks=1, accumulate=1, batches_per_epoch=8, steps_per_epoch=8,
+                    epochs=40, base_lr=0.01, lrs=None)  # fmt: skip
+    evals = EvalCallback(
+        TrainState(epochs=40, steps_per_epoch=8, total_batch=8), lambda e: {}, interval, 0
+    )
+    with caplog.at_level(logging.INFO, logger="train"):
+        _note_early_evaluations([evals], plan, Start(start, "-"), start_epoch)
+    lines = [r.getMessage() for r in caplog.records]
+    if note is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and note in lines[0], lines
+        assert "over 5% of their initial values for 98 training steps" in lines[0]
