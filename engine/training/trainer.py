@@ -349,7 +349,7 @@ def _note_early_evaluations(
         )
         log.info(
             "evaluation: from scratch, BatchNorm's running statistics keep over 5%% of their "
-            "initial values for %d training steps (YOLOX's momentum 0.03): the %s a network "
+            "initial values for %d training batches (YOLOX's momentum 0.03): the %s a network "
             "not yet itself in inference mode (mAP near 0, val losses in the hundreds), "
             "whatever the data",
             settled - 1,

@@ -224,4 +224,4 @@ def test_early_evaluations_from_scratch_are_named(start, start_epoch, interval, 
         assert lines == []
     else:
         assert len(lines) == 1 and note in lines[0], lines
-        assert "over 5% of their initial values for 98 training steps" in lines[0]
+        assert "over 5% of their initial values for 98 training batches" in lines[0]
