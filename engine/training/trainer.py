@@ -328,15 +328,13 @@ def _note_early_evaluations(
     callbacks: list, plan: Schedule, start: Start, start_epoch: int
 ) -> None:
     """From scratch, name the evaluations that come before BatchNorm's running statistics
-    are the network's own (:func:`batchnorm_settling_steps`). Measured (32 shapes images,
-    batch 8, 128 px, evaluated every epoch): the val IoU term at its maximum (every box size
-    infinite, an overflowing exp) to step 48, the val loss in the hundreds to step 64 and
-    near its later values from step 96, while the training loss fell steadily
-    (docs/training.md)."""
-    evaluation = next((c for c in callbacks if isinstance(c, EvalCallback)), None)
-    settled = batchnorm_settling_steps()
-    if not start.scratch or evaluation is None:
+    are the network's own (:func:`batchnorm_settling_steps`): measured, such an evaluation
+    gives infinite box sizes and val losses in the hundreds while the training loss falls
+    as usual (docs/training.md)."""
+    if not start.scratch:
         return
+    evaluation = next(c for c in callbacks if isinstance(c, EvalCallback))  # always built
+    settled = batchnorm_settling_steps()
     early = [e for e in range(start_epoch + 1, plan.epochs + 1)
              if e * plan.calls_per_epoch < settled and evaluation.due(e)]  # fmt: skip
     if early:

@@ -11,7 +11,15 @@ from omegaconf import OmegaConf
 
 from msdet.models.backbone import Darknet53
 from msdet.models.head import make_grid, prior_bias
-from msdet.models.layers import BN_EPS, BN_MOMENTUM, BaseConv, Focus, ResLayer, SPPBottleneck
+from msdet.models.layers import (
+    BN_EPS,
+    BN_MOMENTUM,
+    BaseConv,
+    Focus,
+    ResLayer,
+    SPPBottleneck,
+    batchnorm_settling_steps,
+)
 from msdet.models.neck import YOLOFPN
 from msdet.models.yolox import architecture, build_model, load_model_config, model_names
 from msdet.ops.boxes import decode_boxes
@@ -184,6 +192,14 @@ def test_batchnorm_updates_running_stats_like_pytorch_momentum_003():
     np.testing.assert_allclose(  # float32 rounding: at most 0.8% of the tolerance used
         conv.bn.moving_mean.asnumpy(), 0.03 * batch_mean, rtol=1e-4, atol=1e-6
     )
+
+
+def test_batchnorm_settles_after_the_batches_its_momentum_gives():
+    """Batches until the running statistics keep under a share of their initial values."""
+    n = batchnorm_settling_steps()
+    assert n == 99  # YOLOX's momentum 0.03
+    assert BN_MOMENTUM**n < 0.05 <= BN_MOMENTUM ** (n - 1)
+    assert batchnorm_settling_steps(0.5) == 23  # 0.97^22 = 0.512, 0.97^23 = 0.496
 
 
 @pytest.mark.slow

@@ -179,15 +179,6 @@ def test_the_epoch_line_is_printed_once_the_epochs_checkpoint_is_on_disk(tmp_pat
     assert (tmp_path / "results.csv").is_file()
 
 
-def test_batchnorm_settles_after_the_steps_its_momentum_gives():
-    from msdet.models.layers import BN_MOMENTUM, batchnorm_settling_steps
-
-    n = batchnorm_settling_steps()
-    assert n == 99  # YOLOX's momentum 0.03
-    assert BN_MOMENTUM**n < 0.05 <= BN_MOMENTUM ** (n - 1)
-    assert batchnorm_settling_steps(0.5) == 23  # 0.97^22 = 0.512, 0.97^23 = 0.496
-
-
 @pytest.mark.parametrize(
     "start,start_epoch,interval,note",
     [
