@@ -151,18 +151,51 @@ def chip_profile(
     )
 
 
-def ascend_chip() -> ChipProfile:
-    """:func:`chip_profile` of the Ascend chip MindSpore runs on (after ``set_device``)."""
-    from mindspore._c_expression import MSContext
+# How MindSpore 2.7-2.9 tell the chips apart: by the SoC's name, where 2.10 asks its SoC
+# feature table (MSContext.ascend_soc_supports_feature, which 2.7-2.9 do not have). The names
+# are each release's own: mindspore/amp.py (_ascend_910a_target, _ascend_910b_target) and
+# nn/wrap/loss_scale.py; MsContext::GetJitLevel defaults "ascend910" to O2 (2.7.2's
+# ms_context.cc; "ascend910" is the only SoC name in 2.8.0's and 2.9.0's libmindspore_core.so).
+SOC_CLASSIC_BY_NAME = ("ascend910",)
+SOC_A2_BY_NAME = {
+    (2, 7): ("ascend910b", "ascend910_93"),
+    (2, 8): ("ascend910b", "ascend910_93"),
+    (2, 9): ("ascend910b", "ascend910_93", "ascend950"),
+}
+FIRST_SOC_FEATURE_TABLE = (2, 10)  # the first release that answers SoC feature queries
 
-    ctx = MSContext.get_instance()
-    return chip_profile(
-        ctx.get_ascend_soc_version(),
-        ctx.ascend_soc_supports_feature(SOC_CLASSIC_OVERFLOW),
-        ctx.ascend_soc_supports_feature(SOC_A2),
-        os.environ.get(OVERFLOW_MODE_VAR),
-        ctx.ascend_soc_supports_feature(SOC_JIT_O2_DEFAULT),
-    )
+
+def soc_features(ctx: Any, version: str) -> tuple[str, bool, bool, bool]:
+    """(SoC name, classic, A2, jit O2 default) as MindSpore ``version`` decides them for the
+    chip its context ``ctx`` (``MSContext.get_instance()``) reports: from its SoC feature
+    table from 2.10 on (:data:`SOC_CLASSIC_OVERFLOW`, :data:`SOC_A2`,
+    :data:`SOC_JIT_O2_DEFAULT`), from the SoC's name before (:data:`SOC_A2_BY_NAME`)."""
+    from msdet.engine.runtime.mindspore_compat import parse_version
+
+    soc = ctx.get_ascend_soc_version()
+    release = parse_version(version)[:2]
+    if release >= FIRST_SOC_FEATURE_TABLE:
+        query = ctx.ascend_soc_supports_feature  # mindspore>=2.10
+        return soc, bool(query(SOC_CLASSIC_OVERFLOW)), bool(query(SOC_A2)), bool(
+            query(SOC_JIT_O2_DEFAULT)
+        )
+    a2_names = SOC_A2_BY_NAME.get(release, SOC_A2_BY_NAME[max(SOC_A2_BY_NAME)])
+    classic = soc in SOC_CLASSIC_BY_NAME
+    return soc, classic, soc in a2_names, classic
+
+
+def ascend_chip(ctx: Any = None, version: str | None = None) -> ChipProfile:
+    """:func:`chip_profile` of the Ascend chip MindSpore runs on (after ``set_device``), as
+    the installed MindSpore tells it (:func:`soc_features`); ``ctx`` and ``version`` default
+    to MindSpore's own context and the installed release."""
+    from msdet.engine.runtime.mindspore_compat import TESTED, installed_version
+
+    if ctx is None:
+        from mindspore._c_expression import MSContext
+
+        ctx = MSContext.get_instance()
+    soc, classic, a2, jit_o2 = soc_features(ctx, version or installed_version() or TESTED)
+    return chip_profile(soc, classic, a2, os.environ.get(OVERFLOW_MODE_VAR), jit_o2)
 
 
 def ascend_present() -> bool:

@@ -8,6 +8,7 @@ its modules, each imported by the tests that need it (most of them load MindSpor
   ``multiscale``: inputs and stand-ins for the tests of those parts;
 - ``tiny_run``: the entry points run as a user runs them, on a tiny shapes set;
 - ``web``: a local web server standing in for a download site;
+- ``mindspore_surface``: every MindSpore name msdet's code reaches, read from the code;
 - ``sgd``, ``branching_step``: the optimizer's small problem, and the step's skip as a branch
   (the form it had) for the branch-free step to be compared with;
 - ``dp_tiny``, ``dp_step``, ``dp_overflow``, ``dp_accumulate``: the data-parallel jobs'
@@ -23,6 +24,8 @@ from collections.abc import Mapping, Sequence
 
 # The repository root: entry points, configs/ and scripts/ are found from it.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# msdet's code packages, bottom to top (tests/test_layout.py holds the order).
+PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "commands", "bench")
 
 
 def run_python(
