@@ -225,7 +225,7 @@ def kernel_bench_parser(doc: str, rounds: int):
 def start_kernel_bench(title: str, threads: int) -> str:
     """Set up a per-kernel benchmark's process (CPU environment, graph mode, ``threads`` for
     PyTorch and msdet's kernels), print its header, and return the kernel library."""
-    from msdet.engine.runtime.device import configure_process_env
+    from msdet.engine.runtime.cpu import configure_process_env
 
     configure_process_env("CPU")
     import mindspore as ms

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from msdet.bench.common import cpu_model
-from msdet.engine.runtime.device import configure_process_env
+from msdet.engine.runtime.cpu import configure_process_env
 
 NUM_CLASSES = 80
 IMG = 640.0

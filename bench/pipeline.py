@@ -20,7 +20,7 @@ import sys
 import time
 
 from msdet.common.config import load_config
-from msdet.engine.runtime.device import configure_process_env
+from msdet.engine.runtime.cpu import configure_process_env
 
 configure_process_env("CPU")  # before MindSpore loads (imported by data.pipeline)
 

@@ -112,7 +112,7 @@ class CpuKernels:
     """Which of msdet's compiled CPU kernels a network is built with: the library and the
     kernels taken from it. The empty value, :data:`NATIVE`, builds MindSpore's operators.
 
-    Decided once per process (``engine.runtime.device.setup_cpu_kernels``: what
+    Decided once per process (``engine.runtime.cpu.setup_cpu_kernels``: what
     ``runtime.cpu_kernels`` asks for, measured on this CPU for ``auto``; held by the
     ``Runtime``) and passed to the builders (``build_model``, ``YOLOXLoss``,
     ``build_optimizer``, ``ModelEMA``, ``BatchedNMS``), each of which asks

@@ -193,7 +193,7 @@ class HostNMS:
     device (vector operators only), greedy NMS per class runs in numpy on its output.
 
     For chips whose ``NMSWithMask`` takes float16 only (the Atlas training series, see
-    ``engine.runtime.device.ChipProfile``): float32 suppression there is only possible off the
+    ``engine.runtime.ascend.ChipProfile``): float32 suppression there is only possible off the
     device. The result equals :class:`BatchedNMS`'s (tested at 80 classes and 2,864
     candidates); the 2,864-candidate cap is kept for the same settings on every chip, though
     the host has no such limit. Called like the Cell: ``nms(predictions) -> (dets, counts)``,

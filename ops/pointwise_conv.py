@@ -2,7 +2,7 @@
 pass and the input gradient.
 
 Apart from the stem, YOLOX-nano's dense convolutions are all 1x1. MindSpore 2.10 runs them
-on oneDNN, which msdet holds to AVX2 on every CPU (``engine.runtime.device``); ``kernels/
+on oneDNN, which msdet holds to AVX2 on every CPU (``engine.runtime.cpu``); ``kernels/
 pointwise_conv.cc`` computes them as register-blocked products in the CPU's own vector
 width (why and how: its header). The weight gradient stays MindSpore's: a kernel for it
 made the training step no faster. Models build :class:`PointwiseConv2d` when ``ops.

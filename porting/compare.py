@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # The CLI is an entry point like train.py: prepare the process before MindSpore loads
     # (on CPU this picks oneDNN's fast convolution kernels).
-    from msdet.engine.runtime.device import configure_process_env, resolve_device
+    from msdet.engine.runtime.cpu import configure_process_env
+    from msdet.engine.runtime.device import resolve_device
 
     device = resolve_device(args.device)
     configure_process_env(device)

@@ -7,7 +7,7 @@ tests/test_names.py) do not pay for loading it.
 
 import pytest
 
-from msdet.engine.runtime.device import configure_process_env
+from msdet.engine.runtime.cpu import configure_process_env
 from tests.support.modes import execution_mode, graph_mode_when_imported
 from tests.support.scheduling import SLOWEST_FILES
 

@@ -109,7 +109,7 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     assert bare_imports(module, tmp_path) == ["m.py:3 imports models.yolox"]
 
 
-# What only the device module asks of the hardware: MindSpore's SoC capability queries, the
+# What only the device modules ask of the hardware: MindSpore's SoC capability queries, the
 # Ascend precision setting, the float-status register and the collective-communication set-up.
 DEVICE_QUESTIONS = (
     "ascend_soc_supports_feature",
@@ -118,11 +118,14 @@ DEVICE_QUESTIONS = (
     "NPUGetFloatStatus",
     "mindspore.communication",
 )
-# The device module, and the stand-in that answers its questions on CPU.
-DEVICE_MODULES = {Path("engine") / "runtime" / "device.py", Path("engine") / "runtime" / "standin.py"}
+# The device modules (the Ascend chip and several ranks), and the stand-in that answers their
+# questions on CPU.
+DEVICE_MODULES = {
+    Path("engine") / "runtime" / f"{name}.py" for name in ("ascend", "distributed", "standin")
+}
 
 
-def test_device_questions_are_asked_in_the_device_module_only():
+def test_device_questions_are_asked_in_the_device_modules_only():
     asked = [
         f"{path.relative_to(ROOT)}: {word}"
         for package in PACKAGES

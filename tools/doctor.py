@@ -24,12 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from msdet.engine.runtime import mindspore_compat
-from msdet.engine.runtime.device import (
-    ONEDNN_ISA_VALUE,
-    ONEDNN_ISA_VAR,
-    ascend_present,
-    configure_process_env,
-)
+from msdet.engine.runtime.cpu import ONEDNN_ISA_VALUE, ONEDNN_ISA_VAR, configure_process_env
+from msdet.engine.runtime.device import ascend_present
 
 # The MindSpore/CANN/driver pairings live with the rest of msdet's version knowledge.
 KNOWN_MATRIX = mindspore_compat.CANN_PAIRINGS

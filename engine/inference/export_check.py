@@ -36,7 +36,7 @@ def compare_on_val(
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
     from msdet.engine.inference.exported import ExportedModel, exported_nms, score_labels
-    from msdet.engine.runtime.device import nms_on_host
+    from msdet.engine.runtime.ascend import nms_on_host
     from msdet.models.description import ClassMismatchError
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE

@@ -294,7 +294,7 @@ def load_inference_model(
     carries. ``rt``: the process's Runtime (None: NMS on the device, no CPU
     kernels); ``num_classes``: the data's class count, which the model must have;
     ``conf_thresh`` replaces ``eval.conf_thresh`` (predict.py's ``predict.conf``)."""
-    from msdet.engine.runtime.device import nms_on_host
+    from msdet.engine.runtime.ascend import nms_on_host
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.ops.cpu_kernels import NATIVE
 

@@ -3,7 +3,7 @@ cache, IR dumps for debugging, and what a failed compile leaves behind.
 
 ``engine.runtime.process.setup_runtime`` applies these settings from the ``runtime`` config group;
 the functions here only turn settings into environment variables, context values and
-folder names, so each is testable without compiling anything. Like ``engine.runtime.device``,
+folder names, so each is testable without compiling anything. Like ``engine.runtime.cpu``,
 nothing here imports MindSpore at import time.
 """
 

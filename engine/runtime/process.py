@@ -1,7 +1,8 @@
 """Set up the process for where it runs, and tell the rest of msdet about it.
 
 :func:`setup_runtime` applies, in order, the decisions of ``engine.runtime.device`` (device, AMP,
-sinking, CPU environment and kernels, Ascend precision and overflow detection, ranks) and
+sinking), ``cpu`` (process environment, threads, kernels), ``distributed`` (ranks) and
+``ascend`` (chip profile, precision, overflow detection, jit level), and
 the compile settings of ``engine.runtime.compiler`` (jit level, fusion, compile cache, IR dumps),
 and returns a :class:`Runtime`: everything else asks it, never the hardware. Call it
 before building any network. Importing this module does not import MindSpore.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msdet.common import logs
-from msdet.engine.runtime import compiler
+from msdet.engine.runtime import ascend, compiler, cpu, distributed
 from msdet.engine.runtime import device as dev
 from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 
@@ -46,8 +47,8 @@ class Runtime:
     precision_mode: str | None = None  # Ascend precision mode set at start-up (None: MindSpore's)
     chip: str | None = None  # the Ascend chip (MindSpore's SoC name); None elsewhere
     cube_fp32: bool = False  # the Ascend chip's matrix unit computes float32 (A2 and later)
-    host_nms: bool = False  # NMS on the host by the chip's profile (else device.nms_on_host)
-    nms_max_boxes: int = dev.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
+    host_nms: bool = False  # NMS on the host by the chip's profile (else ascend.nms_on_host)
+    nms_max_boxes: int = ascend.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
     jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
     backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
     kernels: CpuKernels = NATIVE  # msdet's compiled CPU kernels the builders take
@@ -102,8 +103,8 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     if cfg.mode not in MODES:
         raise ValueError(f"runtime.mode must be one of {MODES}, got {cfg.mode!r}")
     loop = check_loop(cfg.get("loop", "model"), cfg.mode)
-    dev.check_launcher(bool(cfg.distributed))
-    changed = dev.configure_process_env(device)
+    distributed.check_launcher(bool(cfg.distributed))
+    changed = cpu.configure_process_env(device)
     graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
     compiler.configure_graph_dumps(
         os.path.join(run_dir, "graphs") if graphs_level else None, graphs_level
@@ -133,35 +134,35 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     ms.set_context(**context)
     if cfg.deterministic:
         ms.set_deterministic(True)
-    threads = dev.cpu_threads(cfg.threads) if device == "CPU" else None
+    threads = cpu.cpu_threads(cfg.threads) if device == "CPU" else None
     if threads:
         ms.device_context.cpu.op_tuning.threads_num(threads)
 
     rank, world = 0, 1
     if cfg.distributed:
-        rank, world = dev.init_distributed(ms, device, parallel_context=loop == "model")
-    sync_bn = dev.resolve_sync_bn(bool(cfg.sync_bn), device, world)
-    chip = dev.ascend_chip() if device == "Ascend" else None
+        rank, world = distributed.init_distributed(ms, device, parallel_context=loop == "model")
+    sync_bn = distributed.resolve_sync_bn(bool(cfg.sync_bn), device, world)
+    chip = ascend.ascend_chip() if device == "Ascend" else None
     precision, host_nms = None, chip is not None and chip.host_nms
     if chip is not None:
-        if loop == "model":  # the jit loop's level: dev.jit_loop_level (never GE's O2)
-            dev.apply_jit_level(ms, cfg.jit_level or jit_level, chip)
-        precision = dev.resolve_precision_mode(cfg.precision_mode, chip)
-        dev.apply_precision_mode(ms, precision)
+        if loop == "model":  # the jit loop's level: ascend.jit_loop_level (never GE's O2)
+            ascend.apply_jit_level(ms, cfg.jit_level or jit_level, chip)
+        precision = ascend.resolve_precision_mode(cfg.precision_mode, chip)
+        ascend.apply_precision_mode(ms, precision)
         log.info("%s", chip.describe())
         log.info(
             "operator precision mode: %s",
-            dev.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
+            ascend.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
         )
     if loop == "jit":
-        level, backend = dev.jit_loop_level(cfg.jit_level or jit_level, chip)
+        level, backend = ascend.jit_loop_level(cfg.jit_level or jit_level, chip)
     else:
-        level, backend = dev.jit_level_in_effect(cfg.jit_level or jit_level, chip)
+        level, backend = ascend.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = dev.resolve_amp(cfg.amp, device)
-    kernels = dev.setup_cpu_kernels(str(cfg.cpu_kernels), device, amp_level, threads)
+    kernels = cpu.setup_cpu_kernels(str(cfg.cpu_kernels), device, amp_level, threads)
     from msdet.ops import aot  # imports MindSpore
 
     aot.build_for_jit(loop == "jit")  # in-place kernels then run inside mindspore.jit graphs
@@ -183,15 +184,15 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         chip=chip.soc if chip else None,
         cube_fp32=chip is not None and chip.cube_fp32,
         host_nms=host_nms,
-        nms_max_boxes=chip.nms_max_boxes if chip else dev.NMS_MAX_BOXES,
+        nms_max_boxes=chip.nms_max_boxes if chip else ascend.NMS_MAX_BOXES,
         jit_level=level,
         backend=backend,
         kernels=kernels,
         loop=loop,
     )
-    if changed.get(dev.ONEDNN_ISA_VAR):
+    if changed.get(cpu.ONEDNN_ISA_VAR):
         log.info(
-            "CPU: %s=%s set for fast oneDNN convolutions", dev.ONEDNN_ISA_VAR, dev.ONEDNN_ISA_VALUE
+            "CPU: %s=%s set for fast oneDNN convolutions", cpu.ONEDNN_ISA_VAR, cpu.ONEDNN_ISA_VALUE
         )
     if fusion_flags:
         log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-# MindSpore 2.10's SoC feature table as msdet asks it (engine.runtime.device): the Atlas
+# MindSpore 2.10's SoC feature table as msdet asks it (engine.runtime.ascend): the Atlas
 # training series answers "classic" and "jit level O2 by default", A2 and later the
 # high-quality dtype line (the SoC names 2.9's amp.py lists for it), inference chips neither.
 SOC_FEATURES = {

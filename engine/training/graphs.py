@@ -75,7 +75,7 @@ def compile_budget(train_sizes: int, buckets: int, device_nms: bool, backend: st
     ``train``: one per input size (multi-scale) and target bucket, each compiled on first
     use; ``eval``: the evaluation network and its NMS (or the NMS's candidate stage where
     NMS runs on the host); ``nms_check``: the device NMS and the host NMS's candidates of
-    the first-use check (``engine.runtime.device.nms_on_host``), where NMS may run on the
+    the first-use check (``engine.runtime.ascend.nms_on_host``), where NMS may run on the
     device. ``seconds``: (low, high) for the training graphs at O2 from MindYOLO's figures
     (:data:`GE_TRAIN_GRAPH_SECONDS`); None kernel by kernel, where nobody published one
     (operators compile or load on first launch instead)."""

@@ -58,7 +58,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
-from msdet.engine.runtime.device import float_status_ops, world_group
+from msdet.engine.runtime.ascend import float_status_ops
+from msdet.engine.runtime.distributed import world_group
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.ema import ModelEMA, flat_value
 from msdet.engine.training.multiscale import (
@@ -162,7 +163,7 @@ def _rank_mean_one(allreduce, factor, grad):
 
 class GradientMean(nn.Cell):
     """The gradients' mean over the ranks: an all-reduce (sum) of each over ``group`` (all
-    ranks: ``engine.runtime.device.world_group``), times 1 / ranks, the arithmetic of
+    ranks: ``engine.runtime.distributed.world_group``), times 1 / ranks, the arithmetic of
     MindSpore's ``nn.DistributedGradReducer`` (so both training loops compute the same
     update), without its reading of the static-graph auto-parallel context that msdet's jit
     loop does not set.
@@ -196,7 +197,7 @@ class TrainStep(nn.Cell):
     dynamic scaling): a step whose loss or (rank-reduced) gradient is NaN/Inf updates
     nothing, so the weights stay those that produced it and a stop on that loss can name
     the parameter at fault. ``float_status``: the (clear, get) float-status primitives of
-    ``engine.runtime.device.float_status_ops`` where the device detects overflow through its
+    ``engine.runtime.ascend.float_status_ops`` where the device detects overflow through its
     status register, else None (a finite check on the gradients). With a
     ``grad_reducer`` (several ranks) the skip decision is all-reduced. ``skipped`` is True
     when this step updated no weight; :attr:`stats` sums every step for the callbacks.

@@ -32,7 +32,7 @@ from msdet.engine.runtime.compiler import (
     enable_compile_cache,
     training_graph_key,
 )
-from msdet.engine.runtime.device import world_group
+from msdet.engine.runtime.distributed import world_group
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState, ordered

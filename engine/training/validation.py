@@ -26,7 +26,7 @@ from msdet.engine.evaluation.loop import RankGather, evaluate_on_dataset
 from msdet.engine.evaluation.plots import FILES as PLOT_FILES
 from msdet.engine.evaluation.plots import plot_val_predictions
 from msdet.engine.evaluation.val_loss import ValidationLoss
-from msdet.engine.runtime.device import nms_on_host
+from msdet.engine.runtime.ascend import nms_on_host
 from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA

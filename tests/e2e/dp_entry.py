@@ -55,7 +55,7 @@ def _add_weight_dump() -> None:
 
 
 if __name__ == "__main__":
-    from msdet.engine.runtime.device import configure_process_env
+    from msdet.engine.runtime.cpu import configure_process_env
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     _add_weight_dump()

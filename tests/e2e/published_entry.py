@@ -15,7 +15,7 @@ import runpy
 import sys
 
 from msdet.common.config import ROOT
-from msdet.engine.runtime.device import configure_process_env
+from msdet.engine.runtime.cpu import configure_process_env
 
 if __name__ == "__main__":
     # release_weights loads MindSpore: first the environment train.py would set (runtime=cpu).

@@ -577,7 +577,7 @@ def test_sync_batchnorm_swap_keeps_names_values_and_hyperparameters():
 
 
 def test_sync_bn_only_on_ascend_with_several_ranks():
-    from msdet.engine.runtime.device import resolve_sync_bn
+    from msdet.engine.runtime.distributed import resolve_sync_bn
 
     assert resolve_sync_bn(True, "Ascend", 8) is True
     assert resolve_sync_bn(True, "CPU", 8) is False
@@ -603,7 +603,7 @@ def test_msrun_worker_without_distributed_is_refused(tmp_path, monkeypatch):
 def test_other_ranks_stop_writing_the_run_log(tmp_path):
     import logging
 
-    from msdet.engine.runtime.device import close_file_logs
+    from msdet.engine.runtime.distributed import close_file_logs
 
     root = logging.getLogger()
     handler = logging.FileHandler(tmp_path / "train.log")

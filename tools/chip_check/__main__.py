@@ -54,7 +54,7 @@ from msdet.tools.chip_check.verdict import (
 
 log = logging.getLogger("chip_check")
 CHIPS = ("ascend910", "ascend910b", "ascend310p", "ascend310b")
-# engine.runtime.device.JIT_BACKENDS' names -> the verdicts' backends.
+# engine.runtime.ascend.JIT_BACKENDS' names -> the verdicts' backends.
 BACKEND = {"GE graph sink": "ge", "kernel by kernel": "kbk"}
 NOTE = (
     "not told by the tables: aclnn kernels (the 'aclnn' rows, kernel by kernel) have their own "

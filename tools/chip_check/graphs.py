@@ -21,7 +21,7 @@ Every graph is built on MindSpore's operators (no msdet CPU kernel exists on a c
 small input size: the operators and their dtypes do not depend on it. Both training loops
 run the same step Cell (``runtime.loop=jit`` compiles it with ``mindspore.jit``), so the
 listing holds for both; what the jit loop changes is the backend on the Atlas training
-series (``engine.runtime.device.jit_loop_level``: kernel by kernel from MindSpore 2.9 on,
+series (``engine.runtime.ascend.jit_loop_level``: kernel by kernel from MindSpore 2.9 on,
 where ``Model.train`` defaults to GE) and, with several ranks, the gradient mean (an
 AllReduce and a Mul either way).
 """
@@ -56,12 +56,8 @@ def chip_runtime(
     """``rt`` (set up on this CPU) as msdet would set it up on ``chip`` (``jit_level``: the
     configured ``runtime.jit_level``, None for the chip's default; ``loop``:
     ``runtime.loop``, whose backend differs on the Atlas training series)."""
-    from msdet.engine.runtime.device import (
-        chip_profile,
-        jit_level_in_effect,
-        jit_loop_level,
-        resolve_amp,
-    )
+    from msdet.engine.runtime.ascend import chip_profile, jit_level_in_effect, jit_loop_level
+    from msdet.engine.runtime.device import resolve_amp
     from msdet.ops.cpu_kernels import NATIVE
 
     classic, hq_dtype, jit_o2 = SOC_ANSWERS[chip]

@@ -51,7 +51,7 @@ CONSTRAINTS = {
         '"the 2nd-dim of input boxes must be equal to 8"; MindSpore 2.10 builds [N, 5] '
         "and has no pass that pads it",
         "guard": "msdet runs NMSWithMask only after checking it on the device against the "
-        "host NMS on first use, with the evaluation's candidate count (engine.runtime.device."
+        "host NMS on first use, with the evaluation's candidate count (engine.runtime.ascend."
         "nms_on_host, device_nms_problem), else NMS runs on the host",
     },
 }

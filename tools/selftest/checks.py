@@ -34,7 +34,7 @@ from msdet.tools.selftest.cases import (
 def check_chip(rt: Any) -> Check:
     """The chip profile and the precision mode in effect; on CPU, the profiles of the chips
     msdet knows, simulated from MindSpore's capability answers for them."""
-    from msdet.engine.runtime.device import chip_profile
+    from msdet.engine.runtime.ascend import chip_profile
 
     if rt.device != "Ascend":
         expected = {  # (classic, A2) -> (host NMS, float-status register, NMS boxes, jit level)
@@ -53,7 +53,7 @@ def check_chip(rt: Any) -> Check:
             {"profiles": {s: list(v) for s, v in got.items()}},
             note="no Ascend here: the real chip's profile needs Ascend",
         )
-    from msdet.engine.runtime.device import precision_mode_in_effect
+    from msdet.engine.runtime.ascend import precision_mode_in_effect
 
     in_effect = precision_mode_in_effect()
     ok = rt.precision_mode is None or in_effect == rt.precision_mode

@@ -1,4 +1,4 @@
-"""engine.runtime.device: device detection, AMP/sink resolution, the CPU environment and kernels,
+"""engine.runtime.device and its sides (cpu, ascend): device detection, AMP/sink resolution, the CPU environment and kernels,
 Ascend precision and overflow detection, threads per rank."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from msdet.engine.runtime import device
+from msdet.engine.runtime import ascend, cpu
+from msdet.engine.runtime import device as dev
 from msdet.engine.runtime.device import resolve_amp, resolve_device, resolve_sink
 from msdet.engine.runtime.kernel_choice import DECISIONS, choice_path
 from msdet.ops import cpu_kernels
@@ -20,9 +21,9 @@ from tests.support import ROOT
 
 
 def test_auto_picks_cpu_without_ascend_devices(monkeypatch):
-    monkeypatch.setattr(device, "ascend_present", lambda: False)
+    monkeypatch.setattr(dev, "ascend_present", lambda: False)
     assert resolve_device("auto") == "CPU"
-    monkeypatch.setattr(device, "ascend_present", lambda: True)
+    monkeypatch.setattr(dev, "ascend_present", lambda: True)
     assert resolve_device("auto") == "Ascend"
     assert resolve_device("GPU") == "GPU"
     with pytest.raises(ValueError, match="runtime.device"):
@@ -47,7 +48,7 @@ def _fresh_python(code: str, env: dict | None = None) -> subprocess.CompletedPro
 
 def _seen_by_fresh_process(env: dict, var: str) -> str:
     code = (
-        "import os; from msdet.engine.runtime.device import configure_process_env;"
+        "import os; from msdet.engine.runtime.cpu import configure_process_env;"
         f"configure_process_env('CPU'); print(os.environ.get({var!r}))"
     )
     return _fresh_python(code, env).stdout.strip()
@@ -79,7 +80,7 @@ def test_entry_points_load_mindspore_only_after_the_environment_is_set(entry):
     # libgomp (loaded with MindSpore) reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once: an entry
     # point whose imports load MindSpore leaves OpenMP spinning (training steps ~2x slower).
     code = (
-        "import runpy, sys; from msdet.engine.runtime.device import openmp_loaded;"
+        "import runpy, sys; from msdet.engine.runtime.cpu import openmp_loaded;"
         f"runpy.run_path({entry!r}, run_name='imports_only');"
         "print('mindspore' in sys.modules, openmp_loaded())"
     )
@@ -90,10 +91,10 @@ def test_entry_points_load_mindspore_only_after_the_environment_is_set(entry):
 def test_openmp_loaded_reads_the_process_map(tmp_path):
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
-    assert device.openmp_loaded(str(maps)) is False
+    assert cpu.openmp_loaded(str(maps)) is False
     maps.write_text("7f00-7f01 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n")
-    assert device.openmp_loaded(str(maps)) is True
-    assert device.openmp_loaded(str(tmp_path / "absent")) is False
+    assert cpu.openmp_loaded(str(maps)) is True
+    assert cpu.openmp_loaded(str(tmp_path / "absent")) is False
 
 
 @pytest.mark.slow
@@ -101,7 +102,7 @@ def test_openmp_loaded_before_the_environment_is_a_warning():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     code = (
         "import logging; logging.basicConfig();{first}"
-        "from msdet.engine.runtime.device import configure_process_env;"
+        "from msdet.engine.runtime.cpu import configure_process_env;"
         "configure_process_env('CPU')"
     )
     late = _fresh_python(code.format(first="import mindspore;"), env)
@@ -112,7 +113,7 @@ def test_openmp_loaded_before_the_environment_is_a_warning():
 
 def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
     from msdet.common.host import LOCAL_RANKS_VAR, available_cores
-    from msdet.engine.runtime.device import cpu_threads
+    from msdet.engine.runtime.cpu import cpu_threads
 
     monkeypatch.delenv(LOCAL_RANKS_VAR, raising=False)
     cores = available_cores()
@@ -128,11 +129,11 @@ def test_cpu_threads_share_the_host_between_ranks(monkeypatch):
 def test_float_status_register_where_mindspore_reads_it():
     # As mindspore/amp.py and nn/wrap/loss_scale.py decide: the Atlas training series
     # always, A2 only in saturation mode, nowhere else.
-    assert device.float_status_register(True, False, None) is True
-    assert device.float_status_register(False, True, "SATURATION_MODE") is True
-    assert device.float_status_register(False, True, "INFNAN_MODE") is False
-    assert device.float_status_register(False, True, None) is False
-    assert device.float_status_register(False, False, "SATURATION_MODE") is False
+    assert ascend.float_status_register(True, False, None) is True
+    assert ascend.float_status_register(False, True, "SATURATION_MODE") is True
+    assert ascend.float_status_register(False, True, "INFNAN_MODE") is False
+    assert ascend.float_status_register(False, True, None) is False
+    assert ascend.float_status_register(False, False, "SATURATION_MODE") is False
 
 
 # The chips msdet meets, as MindSpore answers its SoC capability queries for them
@@ -147,7 +148,7 @@ CHIPS = {
 
 
 def test_chip_profiles_decide_overflow_nms_and_jit_level_per_chip():
-    profiles = {soc: device.chip_profile(soc, *answers, None) for soc, answers in CHIPS.items()}
+    profiles = {soc: ascend.chip_profile(soc, *answers, None) for soc, answers in CHIPS.items()}
     a, b, b93, infer = (profiles[s] for s in CHIPS)
     # 910A: no float32 cube, the register, host NMS, GE's graph sink by default
     assert (a.cube_fp32, a.float_status, a.host_nms, a.default_jit_level) == (
@@ -162,7 +163,7 @@ def test_chip_profiles_decide_overflow_nms_and_jit_level_per_chip():
     # Neither answer: the NMS that is right everywhere
     assert infer.host_nms and not infer.float_status
     # A2 in saturation mode reads the register too
-    assert device.chip_profile("ascend910b", False, True, "SATURATION_MODE").float_status
+    assert ascend.chip_profile("ascend910b", False, True, "SATURATION_MODE").float_status
     assert "ascend910: cube float32 no" in a.describe()
     assert "NMS on the device (<= 2048 boxes per call)" in b.describe()
 
@@ -170,31 +171,31 @@ def test_chip_profiles_decide_overflow_nms_and_jit_level_per_chip():
 def test_precision_mode_auto_leaves_mindspores_default_and_explicit_values_win(caplog):
     """auto sets nothing: MindSpore keeps dtype on A2 and casts to fp16 on the 910A itself,
     and an explicit keep-dtype on A2 would change its HF32 convolutions."""
-    a = device.chip_profile("ascend910", True, False, None)
-    b = device.chip_profile("ascend910b", False, True, None)
-    assert device.DEFAULT_PRECISION_MODE == "auto"
-    assert device.resolve_precision_mode("auto", a) is None
-    assert device.resolve_precision_mode(None, b) is None
-    assert device.resolve_precision_mode("force_fp16", b) == "force_fp16"
-    with caplog.at_level("WARNING", logger="msdet.engine.runtime.device"):
+    a = ascend.chip_profile("ascend910", True, False, None)
+    b = ascend.chip_profile("ascend910b", False, True, None)
+    assert ascend.DEFAULT_PRECISION_MODE == "auto"
+    assert ascend.resolve_precision_mode("auto", a) is None
+    assert ascend.resolve_precision_mode(None, b) is None
+    assert ascend.resolve_precision_mode("force_fp16", b) == "force_fp16"
+    with caplog.at_level("WARNING", logger="msdet.engine.runtime.ascend"):
         assert (
-            device.resolve_precision_mode("must_keep_origin_dtype", a) == "must_keep_origin_dtype"
+            ascend.resolve_precision_mode("must_keep_origin_dtype", a) == "must_keep_origin_dtype"
         )
     assert "cube unit has no float32" in caplog.text
     with pytest.raises(ValueError, match="runtime.precision_mode must be one of"):
-        device.check_precision_mode("fp16_please")
+        ascend.check_precision_mode("fp16_please")
 
 
 def test_the_jit_level_in_effect_is_named_with_how_it_runs(monkeypatch):
-    a = device.chip_profile("ascend910", True, False, None)
-    b = device.chip_profile("ascend910b", False, True, None)
+    a = ascend.chip_profile("ascend910", True, False, None)
+    b = ascend.chip_profile("ascend910b", False, True, None)
     monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
-    assert device.jit_level_in_effect(None, a) == ("O2", "GE graph sink")
-    assert device.jit_level_in_effect(None, b) == ("O0", "kernel by kernel")
-    assert device.jit_level_in_effect("O1", a) == ("O1", "kernel by kernel")
-    assert device.jit_level_in_effect(None, None) == ("O0", "kernel by kernel")
+    assert ascend.jit_level_in_effect(None, a) == ("O2", "GE graph sink")
+    assert ascend.jit_level_in_effect(None, b) == ("O0", "kernel by kernel")
+    assert ascend.jit_level_in_effect("O1", a) == ("O1", "kernel by kernel")
+    assert ascend.jit_level_in_effect(None, None) == ("O0", "kernel by kernel")
     monkeypatch.setenv("RANK_TABLE_FILE", "/x/rank_table.json")
-    assert device.jit_level_in_effect("O0", b) == ("O2", "GE graph sink")
+    assert ascend.jit_level_in_effect("O0", b) == ("O2", "GE graph sink")
 
 
 @pytest.mark.slow
@@ -203,7 +204,7 @@ def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkey
     that fails to compile, or keeps other boxes, is named, and NMS moves to the host."""
     from msdet.ops import nms
 
-    assert device.device_nms_problem(256) is None
+    assert ascend.device_nms_problem(256) is None
     real = nms.BatchedNMS
 
     class Failing(real):
@@ -211,7 +212,7 @@ def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkey
             raise RuntimeError("Compile failed: NMSWithMask input shape must be [N, 8]\nmore")
 
     monkeypatch.setattr(nms, "BatchedNMS", Failing)
-    problem = device.device_nms_problem(64)
+    problem = ascend.device_nms_problem(64)
     assert problem.startswith("NMSWithMask failed on this device (") and "[N, 8]" in problem
     assert "more" not in problem  # one line
 
@@ -221,7 +222,7 @@ def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkey
             return dets, counts - 1  # one detection lost, as an inexact index would
 
     monkeypatch.setattr(nms, "BatchedNMS", Wrong)
-    assert "NMSWithMask kept" in device.device_nms_problem(64)
+    assert "NMSWithMask kept" in ascend.device_nms_problem(64)
 
 
 @pytest.mark.slow
@@ -229,21 +230,21 @@ def test_cpu_kernels_on_cpu_in_fp32_only(tmp_path, monkeypatch):
     from msdet.ops import cpu_kernels
 
     monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path))
-    kernels = device.setup_cpu_kernels("msdet", "CPU")
+    kernels = cpu.setup_cpu_kernels("msdet", "CPU")
     if not kernels:
         pytest.skip("no C++ compiler on this machine")
     assert os.path.dirname(kernels.library) == str(tmp_path / "kernels")
     assert kernels.names == cpu_kernels.KERNELS
     # Ascend/GPU keep their native operators (auto too: nothing measured there); so does
     # an explicit "native", and mixed precision (the kernels are float32).
-    assert device.setup_cpu_kernels("auto", "Ascend") == cpu_kernels.NATIVE
-    assert device.setup_cpu_kernels("msdet", "Ascend") == cpu_kernels.NATIVE
-    assert device.setup_cpu_kernels("native", "CPU") == cpu_kernels.NATIVE
-    assert device.setup_cpu_kernels("msdet", "CPU", "O2") == cpu_kernels.NATIVE
+    assert cpu.setup_cpu_kernels("auto", "Ascend") == cpu_kernels.NATIVE
+    assert cpu.setup_cpu_kernels("msdet", "Ascend") == cpu_kernels.NATIVE
+    assert cpu.setup_cpu_kernels("native", "CPU") == cpu_kernels.NATIVE
+    assert cpu.setup_cpu_kernels("msdet", "CPU", "O2") == cpu_kernels.NATIVE
     with pytest.raises(ValueError, match="runtime.cpu_kernels"):
-        device.setup_cpu_kernels("fast", "CPU")
+        cpu.setup_cpu_kernels("fast", "CPU")
     # Named kernels, for ablations: exactly those, in KERNELS' order.
-    named = device.setup_cpu_kernels("upsample+depthwise", "CPU")
+    named = cpu.setup_cpu_kernels("upsample+depthwise", "CPU")
     assert named.names == ("depthwise", "upsample")
     assert named.library_for("upsample") == kernels.library
     assert named.library_for("assigner") is None
@@ -274,15 +275,15 @@ def test_a_kernel_choice_is_a_value_the_builders_take(tmp_path):
 
 
 def test_cpu_kernels_named_by_plus_are_checked():
-    assert device.parse_cpu_kernels("auto") is None
-    assert device.parse_cpu_kernels("native") == ()
-    assert device.parse_cpu_kernels("msdet") == cpu_kernels.KERNELS
-    assert device.parse_cpu_kernels("assigner+batchnorm_silu") == ("batchnorm_silu", "assigner")
+    assert cpu.parse_cpu_kernels("auto") is None
+    assert cpu.parse_cpu_kernels("native") == ()
+    assert cpu.parse_cpu_kernels("msdet") == cpu_kernels.KERNELS
+    assert cpu.parse_cpu_kernels("assigner+batchnorm_silu") == ("batchnorm_silu", "assigner")
     for bad in ("depthwise+fast", "upsample+upsample", "depthwise+", "msdet+upsample"):
         with pytest.raises(
             ValueError, match=r"runtime.cpu_kernels .*joined by '\+'.*" + re.escape(bad)
         ):
-            device.parse_cpu_kernels(bad)
+            cpu.parse_cpu_kernels(bad)
 
 
 def kernel_record(kernels, version):
@@ -300,12 +301,12 @@ def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, ca
         pytest.skip("no C++ compiler on this machine")
     with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
         json.dump(kernel_record(["depthwise"], ms.__version__), f)
-    with caplog.at_level(logging.DEBUG, logger="msdet.engine.runtime.device"):
-        chosen = device.setup_cpu_kernels("auto", "CPU", threads=2)
+    with caplog.at_level(logging.DEBUG, logger="msdet.engine.runtime.cpu"):
+        chosen = cpu.setup_cpu_kernels("auto", "CPU", threads=2)
     assert chosen == cpu_kernels.CpuKernels(lib, ("depthwise",))
     # The console: one short line; the log file: which kernels, and the times.
     # (the library's own "built ..." line, on a machine that had none, is not the device's)
-    records = [r for r in caplog.records if r.name == "msdet.engine.runtime.device"]
+    records = [r for r in caplog.records if r.name == "msdet.engine.runtime.cpu"]
     info = [r.getMessage() for r in records if r.levelno == logging.INFO]
     debug = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
     assert info == [f"CPU kernels: 1 of msdet's {len(cpu_kernels.KERNELS)}, measured faster "
@@ -320,10 +321,10 @@ def test_auto_enables_only_the_kernels_measured_faster(tmp_path, monkeypatch, ca
     # Measured slower everywhere: MindSpore's operators, nothing enabled.
     with open(choice_path(lib, 2), "w", encoding="utf-8") as f:
         json.dump(kernel_record([], ms.__version__), f)
-    chosen = device.setup_cpu_kernels("auto", "CPU", threads=2)
+    chosen = cpu.setup_cpu_kernels("auto", "CPU", threads=2)
     assert chosen == cpu_kernels.NATIVE
     assert BaseConv(8, 8, 3, kernels=chosen).fused is None
     # msdet forces both (tests, benchmarks) without measuring.
-    chosen = device.setup_cpu_kernels("msdet", "CPU", threads=2)
+    chosen = cpu.setup_cpu_kernels("msdet", "CPU", threads=2)
     assert chosen == cpu_kernels.CpuKernels(lib, cpu_kernels.KERNELS)
     assert BaseConv(8, 8, 3, kernels=chosen).fused is not None

@@ -9,7 +9,7 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from msdet.engine.runtime import device
+from msdet.engine.runtime import ascend
 from msdet.engine.runtime.mindspore_compat import installed_version, parse_version
 from msdet.engine.runtime.process import setup_runtime
 from msdet.engine.runtime.standin import SOC_FEATURES, StandInAscend, ascend_plugin_binds
@@ -33,14 +33,14 @@ def runtime_cfg(**overrides):
 
 @pytest.fixture(autouse=True)
 def _no_launcher(monkeypatch):
-    for var in ("RANK_TABLE_FILE", "MS_ROLE", device.OVERFLOW_MODE_VAR):
+    for var in ("RANK_TABLE_FILE", "MS_ROLE", ascend.OVERFLOW_MODE_VAR):
         monkeypatch.delenv(var, raising=False)
 
 
 @pytest.mark.parametrize("soc", sorted(EXPECTED))
 def test_each_chip_is_told_apart_as_this_release_tells_it(soc):
     with StandInAscend(soc):
-        chip = device.ascend_chip()
+        chip = ascend.ascend_chip()
     assert chip.soc == soc
     cube, status, host_nms, boxes, level, _ = EXPECTED[soc]
     got = (chip.cube_fp32, chip.float_status, chip.host_nms, chip.nms_max_boxes)
@@ -96,7 +96,7 @@ def test_nms_runs_where_the_chip_profile_and_the_probe_say(graph_mode):
     for soc in ("ascend910", "ascend910b"):
         with StandInAscend(soc):
             rt = setup_runtime(runtime_cfg(), ".")
-        answers[soc] = device.nms_on_host(rt, eval_cfg, 80, (320, 320))
+        answers[soc] = ascend.nms_on_host(rt, eval_cfg, 80, (320, 320))
     # 910A: float16-only NMSWithMask, on the host by its profile; 910B: the probe ran
     # NMSWithMask (on this CPU) against the host's NMS and they agreed
     assert answers == {"ascend910": True, "ascend910b": False}
@@ -127,9 +127,9 @@ def test_each_releases_rule_gives_the_same_chip(soc):
 
     with StandInAscend(soc):
         ctx = c_expression.MSContext.get_instance()
-        answers = {v: device.soc_features(ctx, v) for v in ("2.7.2", "2.8.0", "2.9.0")}
+        answers = {v: ascend.soc_features(ctx, v) for v in ("2.7.2", "2.8.0", "2.9.0")}
         if hasattr(ctx, "ascend_soc_supports_feature"):
-            answers["2.10.0"] = device.soc_features(ctx, "2.10.0")
+            answers["2.10.0"] = ascend.soc_features(ctx, "2.10.0")
     older = {"ascend950": {"2.7.2", "2.8.0"}}.get(soc, set())  # A2 to 2.9's names only
     assert len({a for v, a in answers.items() if v not in older}) == 1
     assert answers["2.9.0"][0] == soc

@@ -42,7 +42,7 @@ def _add_poison(name: str, step: int) -> None:
 
 
 if __name__ == "__main__":
-    from msdet.engine.runtime.device import configure_process_env
+    from msdet.engine.runtime.cpu import configure_process_env
 
     configure_process_env("CPU")  # before MindSpore loads, as setup_runtime would
     param_name, _, at_step = os.environ[POISON_VAR].rpartition("@")

@@ -155,7 +155,7 @@ def test_under_data_sinking_the_callbacks_see_one_step_per_sink():
 
 def test_jit_loop_level_and_backend(monkeypatch):
     from msdet.engine.runtime import mindspore_compat
-    from msdet.engine.runtime.device import chip_profile, jit_loop_level
+    from msdet.engine.runtime.ascend import chip_profile, jit_loop_level
 
     assert jit_loop_level(None, None) == ("O0", "kernel by kernel")
     assert jit_loop_level("O1", None) == ("O1", "kernel by kernel")

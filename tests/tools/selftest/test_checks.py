@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from msdet.engine.runtime import device
+from msdet.engine.runtime import ascend
 from msdet.tools.selftest.cases import NMS_CANDIDATES, NMS_CLASSES, inputs
 from msdet.tools.selftest.checks import check_chip, check_nms
 
@@ -25,13 +25,13 @@ def test_the_simulated_chip_profiles_are_msdets_on_those_chips():
 
 
 def test_a_profile_that_differs_fails_the_check(monkeypatch):
-    real = device.chip_profile
+    real = ascend.chip_profile
 
     def a2_without_float_status(soc, *answers):
         profile = real(soc, *answers)
         return profile if soc != "ascend910" else real("ascend910b", False, True, None)
 
-    monkeypatch.setattr(device, "chip_profile", a2_without_float_status)
+    monkeypatch.setattr(ascend, "chip_profile", a2_without_float_status)
     check = check_chip(SimpleNamespace(device="CPU"))
     assert check.status == "failed"
     assert check.figures["profiles"]["ascend910"] == [False, False, 2048, "O0"]
