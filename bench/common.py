@@ -168,7 +168,7 @@ def nano_train_steps(variants: dict[str, tuple[str, ...]], steps: int, threads: 
 
     import mindspore as ms
 
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

@@ -113,7 +113,7 @@ def main(run: Run, steps: int, warmup: int, data: str) -> None:
 
     from msdet.engine.runtime.amp import apply_amp
     from msdet.engine.runtime.memory import release_free_heap
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

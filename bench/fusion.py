@@ -51,7 +51,7 @@ def one_variant(
     rt = setup_runtime(cfg.runtime, ".")
     import mindspore as ms
 
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

@@ -110,7 +110,7 @@ def msdet_side(args, overrides: list[str]) -> dict:
     import mindspore as ms
 
     from msdet.engine.runtime.amp import apply_amp
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

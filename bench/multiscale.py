@@ -32,8 +32,7 @@ from msdet.engine.runtime.process import setup_runtime
 def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     import mindspore as ms
 
-    from msdet.engine.training.multiscale import all_sizes
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import all_sizes, yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
@@ -44,7 +43,7 @@ def measure(cfg, rt, sizes, steps: int, objects: int, num_classes: int) -> dict:
     net = build_model(cfg.model, num_classes, rt.kernels)
     loss = YOLOXLoss(num_classes, assigner_rule=str(cfg.train.assigner.rule), kernels=rt.kernels)
     lrs = yolox_lr_schedule(0.01, (len(sizes) + 1) * (steps + 2), 1, 0, 0)
-    step = train_py_step(net, loss, lrs, cfg, rt, img_size=base)
+    step = train_py_step(net, loss, lrs, cfg, rt, img_size=base, multiscale=True)
     resize = step.net_with_loss
     arrays = synthetic_batch(batch, base[0], num_classes, int(cfg.data.max_objects), objects)
     images, targets, mask = (ms.Tensor(a) for a in arrays)

@@ -116,7 +116,7 @@ def msdet_side(steps: int, overrides: list[str]) -> dict:
     import mindspore as ms
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

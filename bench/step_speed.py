@@ -40,7 +40,7 @@ def run_train(cfg, rt, steps: int, warmup: int, objects: int, num_classes: int) 
     import mindspore as ms
 
     from msdet.engine.runtime.amp import apply_amp
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 

@@ -22,7 +22,8 @@ from msdet.bench.common import print_header, print_result
 from msdet.common.config import load_config
 from msdet.data.buckets import bucket_rows, target_buckets
 from msdet.data.build import build_sources
-from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples, first_no_aug_epoch
+from msdet.data.config import first_no_aug_epoch
+from msdet.data.pipeline import AugmentParams, EpochSampler, TrainSamples
 
 
 def fullest_per_batch(samples: TrainSamples, sampler: EpochSampler, epoch: int, batch: int):

@@ -93,7 +93,7 @@ def multiscale_steps(step, x, labels, args) -> dict:
 
     from yolox.exp.yolox_base import Exp
 
-    from msdet.engine.training.multiscale import all_sizes
+    from msdet.engine.training.schedule import all_sizes
 
     exp = Exp()
     exp.input_size = (args.img, args.img)

@@ -52,3 +52,15 @@ def resolve_num_workers(
             )
         return per_rank
     return requested
+
+
+def first_no_aug_epoch(epochs: int, no_aug_epochs: int) -> int:
+    """The 0-based epoch from which mosaic/mixup are off and the L1 loss is on.
+
+    As YOLOX's trainer, which switches before epoch ``e`` when ``e + 1 == epochs -
+    no_aug_epochs``: ``no_aug_epochs + 1`` epochs without mosaic (16 for 15). ``0`` turns
+    the switch off (YOLOX would still switch before the last epoch).
+    """
+    if int(no_aug_epochs) <= 0:
+        return int(epochs)
+    return max(int(epochs) - int(no_aug_epochs) - 1, 0)

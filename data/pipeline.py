@@ -24,7 +24,7 @@ import numpy as np
 
 from msdet.data.buckets import TrimToBucket
 from msdet.data.coco import CocoSource
-from msdet.data.config import resolve_num_workers
+from msdet.data.config import first_no_aug_epoch, resolve_num_workers
 from msdet.data.image_io import ImageReadError
 from msdet.data.transforms import (
     PAD_VALUE,
@@ -139,18 +139,6 @@ class EpochSampler(ds.Sampler):
 
     def is_sharded(self) -> bool:
         return self.world_size > 1
-
-
-def first_no_aug_epoch(epochs: int, no_aug_epochs: int) -> int:
-    """The 0-based epoch from which mosaic/mixup are off and the L1 loss is on.
-
-    As YOLOX's trainer, which switches before epoch ``e`` when ``e + 1 == epochs -
-    no_aug_epochs``: ``no_aug_epochs + 1`` epochs without mosaic (16 for 15). ``0`` turns
-    the switch off (YOLOX would still switch before the last epoch).
-    """
-    if int(no_aug_epochs) <= 0:
-        return int(epochs)
-    return max(int(epochs) - int(no_aug_epochs) - 1, 0)
 
 
 class TrainSamples:

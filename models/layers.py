@@ -115,7 +115,9 @@ class BaseConv(nn.Cell):
         self.act = activation(act)
         library = kernels.library_for("batchnorm_silu")
         self.fused = (
-            BatchNormSiLU(BN_EPS, BN_MOMENTUM, library) if library and act == "silu" else None
+            BatchNormSiLU(BN_EPS, BN_MOMENTUM, library, kernels.eager)
+            if library and act == "silu"
+            else None
         )
 
     def construct(self, x):

@@ -16,13 +16,14 @@ graph and PyNative mode (``tests/ops/test_sgd.py``, ``test_ema.py``,
 ``test_batchnorm_silu.py``): the Parameters' own memory is written, and a read after the
 operator sees the new values.
 
-In PyNative mode the signature is left out. There each operator runs at once, in program
+Operators that run eagerly, one by one in PyNative mode (``eager``: ``runtime.mode=pynative``,
+``CpuKernels.eager``), leave the signature out. There each operator runs at once, in program
 order, on the Parameters' own memory, so nothing needs declaring; and MindSpore 2.10's
 PyNative executor applies the signature of one ``ops.Custom`` it has run to every other
 ``ops.Custom`` after it (they share the primitive name "Custom"): the next compiled kernel
 with another number of inputs failed with "Check input args failed"
-(``tests/ops/test_aot.py``). Operators built in PyNative mode for graphs that
-``mindspore.jit`` compiles (msdet's jit training loop: :func:`build_for_jit`) keep it.
+(``tests/ops/test_aot.py``). Operators for graphs, whether graph mode or ``mindspore.jit``
+compiles them (msdet's jit training loop, in PyNative mode), keep it.
 """
 
 from __future__ import annotations
@@ -32,17 +33,6 @@ from collections.abc import Callable, Collection, Sequence
 import mindspore as ms
 from mindspore import ops
 from mindspore.ops import signature as sig
-
-# Whether in-place operators built in PyNative mode run inside graphs compiled by
-# mindspore.jit (engine.runtime.process.setup_runtime sets it for runtime.loop=jit).
-_FOR_JIT = False
-
-
-def build_for_jit(on: bool) -> None:
-    """From now on, build in-place operators in PyNative mode as for graph mode (their
-    written inputs declared): they will run inside ``mindspore.jit`` graphs."""
-    global _FOR_JIT
-    _FOR_JIT = bool(on)
 
 
 def same_as_first(first, *_):
@@ -83,10 +73,11 @@ def in_place_op(
     out_shape: Callable,
     out_dtype: Callable,
     bprop: Callable | None = None,
+    eager: bool = False,
 ):
     """The operator ``entry`` of ``library`` taking ``inputs`` (their names, in order), of
-    which it writes ``written`` in place; for the execution mode in force when it is built
-    (graph or PyNative, or PyNative for ``mindspore.jit`` graphs: see above)."""
+    which it writes ``written`` in place; ``eager``: it runs on its own in PyNative mode, not
+    inside a graph (see above)."""
     signature = tuple(
         sig.make_sig(name, sig.sig_rw.RW_WRITE, dtype=sig.sig_dtype.T)
         if name in written
@@ -97,7 +88,6 @@ def in_place_op(
     class InPlace(ops.Custom):
         __mindspore_signature__ = signature
 
-    eager = ms.get_context("mode") == ms.PYNATIVE_MODE and not _FOR_JIT
     kind = ops.Custom if eager else InPlace
     op = kind(
         f"{library}:{entry}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot", bprop=bprop

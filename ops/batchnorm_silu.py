@@ -32,10 +32,11 @@ def _dtypes(n: int):
     return dtypes
 
 
-def batchnorm_silu_op(library: str):
+def batchnorm_silu_op(library: str, eager: bool = False):
     """``(x, gamma, beta, running mean, running variance, (eps, keep)) -> (silu(batchnorm(x)),
     batch mean, batch variance)`` with its backward attached, moving the running statistics
-    in place; the batch variance is the biased one that normalises."""
+    in place; the batch variance is the biased one that normalises. ``eager``: run op by op
+    in PyNative mode (``ops.aot.in_place_op``)."""
     grad = aot_op(library, "BatchNormSiluGrad", _grad_shapes, _dtypes(3))
 
     def bprop(x, gamma, beta, running_mean, running_var, hyper, out, dout):
@@ -54,6 +55,7 @@ def batchnorm_silu_op(library: str):
         _forward_shapes,
         _dtypes(3),
         bprop,
+        eager=eager,
     )
 
 
@@ -70,9 +72,9 @@ class BatchNormSiLU(nn.Cell):
     compiled-graph memory of its own.
     """
 
-    def __init__(self, eps: float, momentum: float, library: str):
+    def __init__(self, eps: float, momentum: float, library: str, eager: bool = False):
         super().__init__()
-        self.op = batchnorm_silu_op(library)
+        self.op = batchnorm_silu_op(library, eager)
         self.infer_op = aot_op(library, "BatchNormSiluInfer", same_as_first)
         # (eps, weight of the running value): MindSpore's BatchNorm momentum convention
         self.hyper = Tensor(np.array([eps, momentum], np.float32))

@@ -121,6 +121,10 @@ class CpuKernels:
 
     library: str | None = None
     names: tuple[str, ...] = ()
+    # The kernels that write their inputs in place run op by op in PyNative mode
+    # (runtime.mode=pynative), not in graphs: ops.aot.in_place_op builds them without the
+    # write signature. Graph mode and mindspore.jit graphs (runtime.loop=jit) need it.
+    eager: bool = False
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.names if k not in KERNELS]
@@ -147,7 +151,7 @@ class CpuKernels:
 
     def only(self, *kernels: str) -> CpuKernels:
         """The same library with exactly ``kernels`` (tests and benchmarks compare them)."""
-        return CpuKernels(self.library, kernels) if kernels and self.library else NATIVE
+        return CpuKernels(self.library, kernels, self.eager) if kernels and self.library else NATIVE
 
     @property
     def key(self) -> str | None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from msdet.ops.aot import flag_shape, float32, in_place_op
 
 
-def flat_ema_op(library: str, count: int):
+def flat_ema_op(library: str, count: int, eager: bool = False):
     """The update of a buffer averaging ``count`` parameters, called as ``op(weight, *params,
     buffer)`` (``weight`` = 1 - decay, a float32 tensor); returns a float32 flag [1] and sets
-    ``buffer = buffer + (flat(params) - buffer) * weight`` in place."""
+    ``buffer = buffer + (flat(params) - buffer) * weight`` in place; ``eager``: run op by op
+    in PyNative mode (``ops.aot.in_place_op``)."""
     inputs = ["weight", *(f"param{i}" for i in range(count)), "buffer"]
-    return in_place_op(library, "FlatEMA", inputs, {"buffer"}, flag_shape, float32)
+    return in_place_op(library, "FlatEMA", inputs, {"buffer"}, flag_shape, float32, eager=eager)

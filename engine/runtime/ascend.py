@@ -54,7 +54,6 @@ OVERFLOW_MODE_VAR = "MS_ASCEND_CHECK_OVERFLOW_MODE"
 # source tested the SoC name (ms_context.cc). A rank-table launch forces O2 on every chip.
 SOC_JIT_O2_DEFAULT = "jit_level_o2_default_ascend_jit"
 
-JIT_BACKENDS = {"O0": "kernel by kernel", "O1": "kernel by kernel", "O2": "GE graph sink"}
 
 # NMSWithMask's box limits per call: MindSpore's operator takes at most 2,864; the A2's
 # static kernel computes its next index in float16, exact for integers up to 2,048.
@@ -98,8 +97,9 @@ class ChipProfile:
             f"{'float-status register' if self.float_status else 'gradients'}, "
             f"NMS on the {'host' if self.host_nms else 'device'}"
             + ("" if self.host_nms else f" (<= {self.nms_max_boxes} boxes per call)")
-            + f", jit level {self.default_jit_level} ({JIT_BACKENDS[self.default_jit_level]}) "
-            "unless runtime.jit_level sets one"
+            + f", Model.train's graphs at jit level {self.default_jit_level} "
+            + ("(GE graph sink)" if self.default_jit_level == "O2" else "(kernel by kernel)")
+            + " unless runtime.jit_level sets one"
         )
 
 
@@ -228,57 +228,93 @@ def precision_mode_in_effect() -> str:
     return AscendOpPrecisionConf.get_instance().precision_mode()
 
 
-def jit_level_in_effect(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
-    """(jit level, how MindSpore runs it) on this device: the configured level, else the
-    chip's default; O2 is GE's whole-graph sink, O0/O1 kernel by kernel (rank-table
-    launches run GE whatever is configured: MsContext::GetJitLevel, 2.7 source and the 2.10
-    binary's "Set jit level to O2 for rank table startup method")."""
-    level = configured or (chip.default_jit_level if chip else "O0")
-    if chip is not None and os.environ.get("RANK_TABLE_FILE"):
-        level = "O2"
-    backend = JIT_BACKENDS[level] if chip is not None else "kernel by kernel"
-    return level, backend
+@dataclass(frozen=True)
+class Backend:
+    """How MindSpore compiles and runs one kind of graph: the jit level msdet passes
+    (``jit_level``), the backend that runs it (MindSpore's names: ``ms_backend``, kernel by
+    kernel, or ``GE``, the whole graph sunk through Graph Engine), and the MindSpore source
+    that decides it (``why``). ``whole_graph``: ms_backend compiles the whole graph (a
+    rank-table launch forces jit level O2 on every graph)."""
+
+    jit_level: str
+    backend: str
+    why: str
+    whole_graph: bool = False
+
+    @property
+    def runs(self) -> str:
+        """How the graph runs, in words: GE graph sink, or kernel by kernel."""
+        if self.backend == GE:
+            return "GE graph sink"
+        return "ms_backend, whole graph" if self.whole_graph else "kernel by kernel"
+
+    def describe(self) -> str:
+        """``jit level O0, kernel by kernel``."""
+        return f"jit level {self.jit_level}, {self.runs}"
 
 
-def jit_loop_level(configured: str | None, chip: ChipProfile | None) -> tuple[str, str]:
-    """(jit level, how MindSpore runs it) for msdet's jit loop, whose graphs
-    ``mindspore.jit`` compiles: O0 unless O1 is configured; kernel by kernel, except on the
-    Atlas training series under MindSpore before 2.9, where ``mindspore.jit`` defaulted to
-    GE (the r2.8.0 and r2.11.0 ``mindspore.jit`` pages). O2 (GE's whole-graph sink) is
-    ``Model.train``'s: refused with a message saying so."""
-    from msdet.engine.runtime import mindspore_compat
+GE, MS_BACKEND = "GE", "ms_backend"
+# What decides the backend, per MindSpore 2.7.2-2.10.0 (read from the releases' Python sources
+# and binaries; no card ran):
+# - a graph of Model.train (graph mode) carries no backend: BackendManager::GetBackendType("")
+#   asks MsContext::IsKByKExecutorMode, i.e. the global jit level; unset, GetJitLevel gives O2
+#   (GE) on ascend910 and O0 elsewhere (engine.runtime.ascend.ChipProfile.default_jit_level);
+# - a graph of mindspore.jit carries backend "" unless given one: BackendJitConfig::
+#   ParseBackendJitConfig then picks GE on ascend910 whatever the jit level, ms_backend
+#   elsewhere; backend="ms_backend" runs it kernel by kernel on every chip;
+# - mindspore.data_sink passes its JitConfig's backend on: JitConfig(jit_level="O0"|"O1") adds
+#   backend="ms_backend";
+# - a rank-table launch (RANK_TABLE_FILE) makes GetJitLevel return O2 for every graph: GE for
+#   graphs without a backend (Model.train), ms_backend's whole-graph executor for a graph
+#   given backend="ms_backend".
+# mindspore.jit refuses jit_level O2 in every release.
+WHY_GLOBAL = "MsContext::GetJitLevel (the global jit level; unset: the SoC's default)"
+WHY_JIT = 'mindspore.jit(backend="ms_backend"): BackendJitConfig::ParseBackendJitConfig'
+WHY_RANK_TABLE = 'MsContext::GetJitLevel: "Set jit level to O2 for rank table startup method"'
+JIT_LEVELS = ("O0", "O1", "O2")
 
-    if configured == "O2":
+
+def graph_backends(
+    loop: str, chip: ChipProfile | None, configured: str | None, rank_table: bool = False
+) -> dict[str, Backend]:
+    """The jit level and backend of each kind of graph msdet compiles, by loop, chip and
+    launch: ``train`` (the training step fed from the host), ``sink`` (the step over a data
+    sink) and ``eval`` (the evaluation network and its NMS). ``chip`` None: not Ascend
+    (MindSpore's CPU or GPU backend, kernel by kernel). ``configured``:
+    ``runtime.jit_level`` (None: the chip's default under ``Model.train``, O0 under the jit
+    loop).
+
+    ``loop="model"`` (``Model.train``): every graph at the global jit level msdet sets (the
+    configured one, else the chip's default: GE on the 910A, kernel by kernel elsewhere).
+    ``loop="jit"``: every ``mindspore.jit`` graph and the data sink are given
+    ``backend="ms_backend"``, so they run kernel by kernel on every chip, the 910A included
+    (without it mindspore.jit sends the 910A's graphs to GE); O2 is refused there (mindspore.jit
+    has no O2). A rank-table launch compiles every graph at O2 (see above)."""
+    if configured is not None and str(configured) not in JIT_LEVELS:
         raise ValueError(
-            "runtime.jit_level=O2 (GE's whole-graph sink) goes with runtime.loop=model: "
-            "mindspore.jit compiles for MindSpore's own backend at O0 or O1 (GE is "
-            "deprecated since MindSpore 2.9)"
+            f"runtime.jit_level must be one of {JIT_LEVELS} or null, got {configured!r}"
         )
-    level = configured or "O0"
-    version = mindspore_compat.installed_version() or mindspore_compat.TESTED
-    old_default = mindspore_compat.parse_version(version) < (2, 9, 0)
-    if chip is not None and chip.default_jit_level == "O2" and old_default:
-        return level, "GE graph sink"
-    return level, "kernel by kernel"
-
-
-def apply_jit_level(ms: Any, configured: str | None, chip: ChipProfile) -> tuple[str, str]:
-    """Set the jit level on an Ascend chip explicitly (the configured one, else the chip's
-    default: :attr:`ChipProfile.default_jit_level`) and log it with how MindSpore runs it;
-    returns :func:`jit_level_in_effect`."""
-    level, backend = jit_level_in_effect(configured, chip)
-    if not configured:
-        ms.set_context(jit_config={"jit_level": chip.default_jit_level})
-    why = (
-        "runtime.jit_level"
-        if configured
-        else f"MindSpore 2.10's default for this chip ({SOC_JIT_O2_DEFAULT}: "
-        f"{'yes' if chip.default_jit_level == 'O2' else 'no'})"
-    )
-    if os.environ.get("RANK_TABLE_FILE"):
-        why = "a rank-table launch: MindSpore compiles at O2 whatever is set"
-    log.info("jit level %s on %s: %s, from %s", level, chip.soc, backend, why)
-    return level, backend
+    if loop == "jit":
+        if configured == "O2":
+            raise ValueError(
+                "runtime.jit_level=O2 (GE's whole-graph sink) goes with runtime.loop=model: "
+                "mindspore.jit compiles at O0 or O1 (GE is deprecated since MindSpore 2.9)"
+            )
+        level = configured or "O0"
+        if chip is not None and rank_table:
+            one = Backend(level, MS_BACKEND, WHY_RANK_TABLE, whole_graph=True)
+        else:
+            one = Backend(level, MS_BACKEND, WHY_JIT)
+        return {"train": one, "sink": one, "eval": one}
+    if chip is None:
+        level = configured or "O0"
+        one = Backend(level, MS_BACKEND, "not Ascend: MindSpore's own backend")
+    elif rank_table:
+        one = Backend("O2", GE, WHY_RANK_TABLE)
+    else:
+        level = configured or chip.default_jit_level
+        one = Backend(level, GE if level == "O2" else MS_BACKEND, WHY_GLOBAL)
+    return {"train": one, "sink": one, "eval": one}
 
 
 def float_status_register(classic_soc: bool, a2_soc: bool, overflow_mode: str | None) -> bool:

@@ -10,6 +10,7 @@ before building any network. Importing this module does not import MindSpore.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -23,9 +24,7 @@ from msdet.ops.cpu_kernels import NATIVE, CpuKernels
 log = logging.getLogger(__name__)
 
 MODES = ("graph", "pynative")
-# Who drives the training steps: MindSpore's ``Model.train`` in ``runtime.mode``, or msdet's
-# own loop in PyNative mode with the step compiled by ``mindspore.jit`` (engine.training.jit_loop).
-LOOPS = ("model", "jit")
+RANK_TABLE_VAR = "RANK_TABLE_FILE"
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,23 @@ class Runtime:
     cube_fp32: bool = False  # the Ascend chip's matrix unit computes float32 (A2 and later)
     host_nms: bool = False  # NMS on the host by the chip's profile (else ascend.nms_on_host)
     nms_max_boxes: int = ascend.NMS_MAX_BOXES  # candidates per NMSWithMask call, exact here
-    jit_level: str = "O0"  # in effect: the configured one or MindSpore's default here
-    backend: str = "kernel by kernel"  # how MindSpore runs the graphs: GE sink or per kernel
+    # How graph-mode graphs compile here (Model.train's, evaluation's, export's): the global
+    # jit level msdet set and the backend it gives (ascend.graph_backends). The jit training
+    # loop gives its mindspore.jit graphs their own (engine.training.loops).
+    graphs: ascend.Backend = ascend.Backend("O0", ascend.MS_BACKEND, "CPU")
     kernels: CpuKernels = NATIVE  # msdet's compiled CPU kernels the builders take
-    loop: str = "model"  # "model": Model.train | "jit": msdet's loop around a mindspore.jit step
+    chip_profile: ascend.ChipProfile | None = None  # what msdet does differently on this chip
+    rank_table: bool = False  # launched from a rank table (Ascend): every graph at jit level O2
+
+    @property
+    def jit_level(self) -> str:
+        """The global jit level in effect for graph-mode graphs."""
+        return self.graphs.jit_level
+
+    @property
+    def backend(self) -> str:
+        """How graph-mode graphs run here, in words (GE graph sink, kernel by kernel)."""
+        return self.graphs.runs
 
     @property
     def is_main(self) -> bool:
@@ -94,22 +106,22 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     ``cfg`` needs: device, mode, seed, amp, sink, sink_size, save_graphs, jit_level,
     threads, deterministic, distributed (optional: cpu_kernels, fusion, sync_bn,
-    compile_cache, precision_mode, loop).
+    compile_cache, precision_mode).
     ``cfg.compile_cache`` is the trainer's to apply: its key needs the data's class count.
-    ``loop=jit`` runs MindSpore in PyNative mode (the training step compiles through
-    ``mindspore.jit``) and sets up ranks without the static-graph auto-parallel context.
+    What only a training run decides (its loop, with its execution mode, backends and the
+    data-parallel context ``Model.train`` compiles under) is the run plan's and its loop's
+    (``engine.training.plan``, ``engine.training.loops``): ranks are set up here without it.
     """
     device = dev.resolve_device(cfg.device)
     if cfg.mode not in MODES:
         raise ValueError(f"runtime.mode must be one of {MODES}, got {cfg.mode!r}")
-    loop = check_loop(cfg.get("loop", "model"), cfg.mode)
     distributed.check_launcher(bool(cfg.distributed))
     changed = cpu.configure_process_env(device)
     graphs_level = int(cfg.save_graphs)  # true -> 1; 2 or 3 dump every compiler pass
     compiler.configure_graph_dumps(
         os.path.join(run_dir, "graphs") if graphs_level else None, graphs_level
     )
-    jit_level, fusion_flags = compiler.configure_fusion(cfg.fusion, cfg.jit_level, device)
+    fusion_level, fusion_flags = compiler.configure_fusion(cfg.fusion, cfg.jit_level, device)
 
     import mindspore as ms  # after the environment is prepared
     from mindspore import log as ms_log
@@ -127,10 +139,13 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         # tests) finds the runtime already started: on the same device it simply goes on.
         if "has been initialized" not in str(err) or ms.get_context("device_target") != device:
             raise
-    mode = "pynative" if loop == "jit" else cfg.mode
-    context: dict[str, Any] = {"mode": ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE}
-    if jit_level:
-        context["jit_config"] = {"jit_level": jit_level}
+    chip = ascend.ascend_chip() if device == "Ascend" else None
+    rank_table = chip is not None and bool(os.environ.get(RANK_TABLE_VAR))
+    configured = cfg.jit_level or fusion_level
+    graphs = ascend.graph_backends("model", chip, configured, rank_table)["eval"]
+    context: dict[str, Any] = {"mode": ms.GRAPH_MODE if cfg.mode == "graph" else ms.PYNATIVE_MODE}
+    if chip is not None or configured:  # on Ascend always: never a default that may move
+        context["jit_config"] = {"jit_level": graphs.jit_level}
     ms.set_context(**context)
     if cfg.deterministic:
         ms.set_deterministic(True)
@@ -140,36 +155,29 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
 
     rank, world = 0, 1
     if cfg.distributed:
-        rank, world = distributed.init_distributed(ms, device, parallel_context=loop == "model")
+        rank, world = distributed.init_distributed(ms, device, parallel_context=False)
     sync_bn = distributed.resolve_sync_bn(bool(cfg.sync_bn), device, world)
-    chip = ascend.ascend_chip() if device == "Ascend" else None
-    precision, host_nms = None, chip is not None and chip.host_nms
+    precision = None
     if chip is not None:
-        if loop == "model":  # the jit loop's level: ascend.jit_loop_level (never GE's O2)
-            ascend.apply_jit_level(ms, cfg.jit_level or jit_level, chip)
         precision = ascend.resolve_precision_mode(cfg.precision_mode, chip)
         ascend.apply_precision_mode(ms, precision)
         log.info("%s", chip.describe())
+        log.info("graphs in graph mode: %s (from %s)", graphs.describe(), graphs.why)
         log.info(
             "operator precision mode: %s",
             ascend.precision_mode_in_effect() or precision or "MindSpore's default for this chip",
         )
-    if loop == "jit":
-        level, backend = ascend.jit_loop_level(cfg.jit_level or jit_level, chip)
-    else:
-        level, backend = ascend.jit_level_in_effect(cfg.jit_level or jit_level, chip)
     # Every rank gets the same seed: identical initial weights are what data parallelism
     # assumes; per-rank data order comes from sharding, not from the seed.
     ms.set_seed(int(cfg.seed))
     amp_level = dev.resolve_amp(cfg.amp, device)
     kernels = cpu.setup_cpu_kernels(str(cfg.cpu_kernels), device, amp_level, threads)
-    from msdet.ops import aot  # imports MindSpore
-
-    aot.build_for_jit(loop == "jit")  # in-place kernels then run inside mindspore.jit graphs
+    if cfg.mode == "pynative":  # op by op: the in-place kernels without graph signatures
+        kernels = dataclasses.replace(kernels, eager=True)
 
     rt = Runtime(
         device=device,
-        mode=mode,
+        mode=cfg.mode,
         amp_level=amp_level,
         sink=dev.resolve_sink(cfg.sink, device),
         sink_size=int(cfg.sink_size),
@@ -183,12 +191,12 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
         precision_mode=precision,
         chip=chip.soc if chip else None,
         cube_fp32=chip is not None and chip.cube_fp32,
-        host_nms=host_nms,
+        host_nms=chip is not None and chip.host_nms,
         nms_max_boxes=chip.nms_max_boxes if chip else ascend.NMS_MAX_BOXES,
-        jit_level=level,
-        backend=backend,
+        graphs=graphs,
         kernels=kernels,
-        loop=loop,
+        chip_profile=chip,
+        rank_table=rank_table,
     )
     if changed.get(cpu.ONEDNN_ISA_VAR):
         log.info(
@@ -197,18 +205,3 @@ def setup_runtime(cfg: Any, run_dir: str = ".") -> Runtime:
     if fusion_flags:
         log.info("graph kernel fusion at jit_level O1 (runtime.fusion): %s", fusion_flags)
     return rt
-
-
-def check_loop(loop: Any, mode: str) -> str:
-    """``runtime.loop`` checked: one of :data:`LOOPS`; ``jit`` compiles the step, so it does
-    not go with ``runtime.mode=pynative`` (op by op, ``Model.train``'s debugging mode)."""
-    loop = str(loop)
-    if loop not in LOOPS:
-        raise ValueError(f"runtime.loop must be one of {LOOPS}, got {loop!r}")
-    if loop == "jit" and mode != "graph":
-        raise ValueError(
-            "runtime.loop=jit runs PyNative mode with the training step compiled by "
-            f"mindspore.jit; runtime.mode={mode} (every operator on its own) goes with "
-            "runtime.loop=model only"
-        )
-    return loop

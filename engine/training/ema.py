@@ -45,7 +45,13 @@ class ModelEMA(nn.Cell):
     :meth:`pack` joins the entries when one is loaded (:mod:`msdet.engine.training.checkpoints`).
     """
 
-    def __init__(self, network: nn.Cell, decay: float = 0.9998, library: str | None = None):
+    def __init__(
+        self,
+        network: nn.Cell,
+        decay: float = 0.9998,
+        library: str | None = None,
+        eager: bool = False,
+    ):
         super().__init__()
         self.decay = decay
         # Parameter names, not cell paths: mixed precision wraps cells (the path of a BN
@@ -72,7 +78,9 @@ class ModelEMA(nn.Cell):
         # On CPU, the update as one operator reading the parameters in place (ops.ema: the
         # same bits), given msdet's kernel library (CpuKernels.library_for("ema")).
         float32 = all(a.dtype == np.float32 for a in arrays)
-        self.flat = flat_ema_op(library, len(params)) if library and float32 and params else None
+        self.flat = (
+            flat_ema_op(library, len(params), eager) if library and float32 and params else None
+        )
 
     def construct(self, moves=None):
         # `moves` (a boolean; an accumulation window's last call): False leaves the averages

@@ -1,5 +1,6 @@
 """msdet's own training loop (``runtime.loop=jit``): PyNative mode, the training step compiled
-with ``mindspore.jit``, the same callbacks as ``Model.train``.
+with ``mindspore.jit``, the same callbacks as ``Model.train`` (:class:`JitLoop`, the
+``engine.training.loops`` interface).
 
 MindSpore's release notes retire the static-graph distributed features (2.11 is the last
 release with them) and recommend PyNative mode with ``mindspore.jit`` instead; this loop is
@@ -9,8 +10,12 @@ gradient mean over ranks, SGD, EMA), compiled as one graph by ``mindspore.jit``:
 runs the same kernels in the same order, so both loops give the same losses bit for bit,
 and the same checkpoints (the Cell's Parameters). With several ranks the step all-reduces
 the gradients over the world group of MindSpore's communication API itself
-(:class:`~msdet.engine.training.step.GradientMean`); the auto-parallel context that
-``Model.train`` compiles under is never set.
+(:class:`GradientMean`, in buckets of flat buffers: one AllReduce for YOLOX-nano's ~330
+gradients); the auto-parallel context that ``Model.train`` compiles under is never set.
+
+Every graph this loop compiles is given its backend (``RunPlan.backends``): ``ms_backend``,
+kernel by kernel, on every chip. ``mindspore.jit`` left to itself sends the 910A's graphs to
+GE whatever the jit level (``engine.runtime.ascend.graph_backends``).
 
 The callbacks are msdet's and MindSpore's own (``LossMonitor``, ``TimeMonitor``): the loop
 calls them at the points ``Model.train`` does (``mindspore/train/model.py``,
@@ -42,10 +47,21 @@ from typing import Any
 
 import mindspore as ms
 import numpy as np
-from mindspore import ops
+from mindspore import nn, ops
 from mindspore.train import RunContext
 
+from msdet.engine.runtime import mindspore_compat
+from msdet.engine.runtime.ascend import MS_BACKEND, Backend
+from msdet.engine.runtime.distributed import world_group
+from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.graphs import input_shapes, padded_to_rows, target_rows
+from msdet.engine.training.loops import TrainLoop
+from msdet.engine.training.plan import RunPlan
+
+# What a graph of this loop compiles with when nothing else is said (tests, the self-test).
+KERNEL_BY_KERNEL = Backend("O0", MS_BACKEND, 'mindspore.jit(backend="ms_backend")')
+# Gradients per all-reduce: buckets of up to 25 MB of float32, PyTorch DDP's default.
+BUCKET_ELEMENTS = 25 * 2**20 // 4
 
 log = logging.getLogger("train")
 
@@ -64,19 +80,65 @@ class CallbackParams(dict):
         self[name] = value
 
 
-def compiled_step(train_step: ms.nn.Cell, jit_level: str = "O0"):
-    """``train_step``'s ``construct`` compiled by ``mindspore.jit`` at ``jit_level``
-    (``Runtime.jit_level``): one graph per input shapes and Cell phase (``engine.training.multiscale``
-    gives each training size its own phase), compiled on the first call that needs it."""
-    return ms.jit(train_step, jit_level=jit_level)
+def compiled_step(train_step: ms.nn.Cell, backend: Backend = KERNEL_BY_KERNEL):
+    """``train_step``'s ``construct`` compiled by ``mindspore.jit`` with ``backend`` (its jit
+    level and backend, both given: ``RunPlan.backends["train"]``): one graph per input shapes
+    and Cell phase (``engine.training.multiscale`` gives each training size its own phase),
+    compiled on the first call that needs it."""
+    return ms.jit(train_step, jit_level=backend.jit_level, backend=backend.backend)
 
 
-def jit_compiled_cell(cell: ms.nn.Cell, jit_level: str = "O0") -> ms.nn.Cell:
+def jit_compiled_cell(cell: ms.nn.Cell, backend: Backend = KERNEL_BY_KERNEL) -> ms.nn.Cell:
     """``cell`` with its ``construct`` compiled by ``mindspore.jit`` (the graph
     :func:`compiled_step` gives), for code that calls the Cell itself in PyNative mode
     (evaluation, the self-test); its Parameters and attributes stay where they were."""
-    cell.construct = ms.jit(cell.construct, jit_level=jit_level)
+    cell.construct = ms.jit(cell.construct, jit_level=backend.jit_level, backend=backend.backend)
     return cell
+
+
+def gradient_buckets(sizes: Sequence[int], limit: int = BUCKET_ELEMENTS) -> tuple:
+    """Consecutive ``(start, stop)`` ranges of the gradients (their element counts
+    ``sizes``, in order), each holding at most ``limit`` elements (a larger gradient alone)."""
+    buckets, start, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and held + int(size) > limit:
+            buckets.append((start, i))
+            start, held = i, 0
+        held += int(size)
+    if len(sizes) > start:
+        buckets.append((start, len(sizes)))
+    return tuple(buckets)
+
+
+class GradientMean(nn.Cell):
+    """The gradients' mean over the ranks, the arithmetic of MindSpore's
+    ``nn.DistributedGradReducer`` (each element summed over ``group`` in float32, times 1 /
+    ranks, cast back), without its reading of the static-graph auto-parallel context that this
+    loop does not set. The gradients (of ``shapes``, in order) travel in flat float32 buffers
+    of :func:`gradient_buckets`: one AllReduce per bucket, not one per gradient."""
+
+    def __init__(self, world_size: int, group: str, shapes: Sequence[Sequence[int]],
+                 limit: int = BUCKET_ELEMENTS):  # fmt: skip
+        super().__init__()
+        self.allreduce = ops.AllReduce(ops.ReduceOp.SUM, group)
+        self.factor = ms.Tensor(1.0 / int(world_size), ms.float32)
+        self.shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        self.sizes = tuple(int(np.prod(s)) for s in self.shapes)
+        self.buckets = gradient_buckets(self.sizes, limit)
+
+    def construct(self, grads):
+        out = ()
+        for start, stop in self.buckets:
+            parts = []
+            for i in range(start, stop):
+                parts.append(grads[i].astype(ms.float32).reshape(-1))
+            total = self.allreduce(ops.concat(parts)) * self.factor
+            offset = 0
+            for i in range(start, stop):
+                piece = total[offset : offset + self.sizes[i]].reshape(self.shapes[i])
+                out = out + (piece.astype(grads[i].dtype),)
+                offset = offset + self.sizes[i]
+        return out
 
 
 class BucketAgreement:
@@ -108,13 +170,12 @@ def world_sum(group: str) -> Callable[[np.ndarray], np.ndarray]:
     return lambda values: allreduce(ms.Tensor(values)).asnumpy()
 
 
-def device_sink(train_step: ms.nn.Cell, dataset, sink_size: int, jit_level: str) -> Callable:
+def device_sink(train_step: ms.nn.Cell, dataset, sink_size: int, backend: Backend) -> Callable:
     """``train_step`` over a device-side queue of ``dataset`` (``mindspore.data_sink``, the
-    step compiled by ``mindspore.jit`` at ``jit_level``): each call runs ``sink_size`` steps
+    step compiled with ``backend``'s jit level and backend): each call runs ``sink_size`` steps
     and returns the last one's outputs. Ascend and GPU only (MindSpore refuses CPU)."""
-    return ms.data_sink(
-        train_step, dataset, sink_size=sink_size, jit_config=ms.JitConfig(jit_level=jit_level)
-    )
+    config = ms.JitConfig(jit_level=backend.jit_level, backend=backend.backend)
+    return ms.data_sink(train_step, dataset, sink_size=sink_size, jit_config=config)
 
 
 class JitTrainLoop:
@@ -122,7 +183,7 @@ class JitTrainLoop:
     ``mindspore.jit`` over ``dataset`` for epochs ``initial_epoch + 1 .. epochs``, calling
     ``callbacks`` as ``Model.train(epochs, dataset, callbacks, dataset_sink_mode=False,
     initial_epoch=initial_epoch)`` does. ``world_size``: ranks, for the callbacks'
-    ``device_number``; ``jit_level``: ``Runtime.jit_level``; ``agreement``: the ranks'
+    ``device_number``; ``backend``: the step's graph (``RunPlan.backends``); ``agreement``: the ranks'
     :class:`BucketAgreement` (several ranks with target buckets), else None;
     ``sink_size`` > 0: data sinking, each of the ``epochs`` one sink of that many steps run
     by ``sink`` (:func:`device_sink`'s signature), as ``Model.train(...,
@@ -132,15 +193,15 @@ class JitTrainLoop:
         self,
         train_step: ms.nn.Cell,
         world_size: int = 1,
-        jit_level: str = "O0",
+        backend: Backend = KERNEL_BY_KERNEL,
         agreement: BucketAgreement | None = None,
         sink_size: int = 0,
         sink: Callable = device_sink,
     ):
         self.train_step = train_step
-        self.step = compiled_step(train_step, jit_level)
+        self.step = compiled_step(train_step, backend)
         self.world_size = int(world_size)
-        self.jit_level = jit_level
+        self.backend = backend
         self.agreement = agreement
         self.sink_size = int(sink_size)
         self.sink = sink
@@ -175,7 +236,7 @@ class JitTrainLoop:
         run_context = RunContext(params)
         self.train_step.set_train(True)
         steps = (
-            self._sunk(self.sink(self.train_step, dataset, self.sink_size, self.jit_level))
+            self._sunk(self.sink(self.train_step, dataset, self.sink_size, self.backend))
             if self.sink_size
             else self._fed(dataset.create_tuple_iterator(num_epochs=epochs))
         )
@@ -261,3 +322,58 @@ class JitTrainLoop:
 def _call(callbacks: list, hook: str, run_context: RunContext) -> None:
     for cb in callbacks:
         getattr(cb, hook)(run_context)
+
+
+class JitLoop(TrainLoop):
+    """msdet's loop (``engine.training.loops``): PyNative mode from its construction (build it
+    before the network), every graph given its backend (``RunPlan.backends``), the gradients
+    averaged in buckets (:class:`GradientMean`), the ranks agreeing on each step's target
+    bucket (:class:`BucketAgreement`), and data sinking through ``mindspore.data_sink``."""
+
+    def __init__(self, plan: RunPlan, rt: Runtime):
+        super().__init__(plan, rt)
+        mindspore_compat.require("jit")
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+    def describe(self) -> str:
+        return "msdet's loop, PyNative mode, the step compiled by mindspore.jit"
+
+    def gradient_reducer(self, parameters: Any) -> nn.Cell | None:
+        if not self.rt.distributed:
+            return None
+        reducer = GradientMean(self.rt.world_size, world_group(), [p.shape for p in parameters])
+        log.info(
+            "gradients averaged over %d ranks in %d all-reduce%s (%d gradients)",
+            self.rt.world_size,
+            len(reducer.buckets),
+            "" if len(reducer.buckets) == 1 else "s",
+            len(reducer.sizes),
+        )
+        return reducer
+
+    def compile_eval(self, cell: nn.Cell) -> nn.Cell:
+        # PyNative mode would run evaluation operator by operator: compile it as the step is
+        return jit_compiled_cell(cell, self.plan.backends["eval"])
+
+    def run(self, train_step: nn.Cell, dataset: Any, callbacks: list, initial_epoch: int) -> None:
+        plan = self.plan
+        sink_backend = plan.backends["sink"]
+        JitTrainLoop(
+            train_step,
+            self.rt.world_size,
+            plan.backends["train"],
+            self._bucket_agreement(),
+            sink_size=plan.sink_calls,
+            sink=lambda step, data, size, _: device_sink(step, data, size, sink_backend),
+        ).train(plan.loop_epochs, dataset, callbacks, initial_epoch=initial_epoch)
+
+    def _bucket_agreement(self) -> BucketAgreement | None:
+        """The ranks' agreement on each step's target bucket (several ranks with buckets)."""
+        if self.rt.world_size <= 1 or len(self.plan.buckets) <= 1:
+            return None
+        log.info(
+            "target buckets on %d ranks: each step padded to the largest bucket any rank needs "
+            "(every rank compiles a bucket's graph at the same step)",
+            self.rt.world_size,
+        )
+        return BucketAgreement(self.plan.buckets, world_sum(world_group()))

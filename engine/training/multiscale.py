@@ -30,72 +30,17 @@ compiles every size up front, in one fixed order (:func:`all_sizes`).
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Sequence
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn, ops
 from mindspore.train import Callback
 
 from msdet.engine.training.graphs import compile_graph, target_rows, with_target_rows
+from msdet.engine.training.schedule import DEFAULT_INTERVAL, all_sizes, scheduled_size, size_range
 
 log = logging.getLogger("train")
-
-STRIDE = 32  # sizes are multiples of the largest feature stride, as in the original
-DEFAULT_INTERVAL = 10  # steps per size, as the original's after_iter
-
-
-def size_range(base_hw: Sequence[int], multiscale_range: int) -> tuple[int, int]:
-    """(lowest, highest) size factor k (size = 32 k) of the original's ``random_size``."""
-    r = int(multiscale_range)
-    if r < 0:
-        raise ValueError(f"train.multiscale_range must be >= 0, got {multiscale_range}")
-    base = int(base_hw[0]) // STRIDE
-    if base - r < 1:
-        raise ValueError(
-            f"train.multiscale_range={r} is too large for the training size {list(base_hw)}: "
-            f"the smallest size would be {STRIDE * (base - r)} px (at most {base - 1})"
-        )
-    return base - r, base + r
-
-
-def size_for_factor(base_hw: Sequence[int], k: int) -> tuple[int, int]:
-    """Input size (h, w) of factor ``k``: height 32 k, width keeping the base aspect ratio
-    the way the original does (``32 * int(k * w / h)``)."""
-    factor = int(base_hw[1]) / int(base_hw[0])
-    return STRIDE * int(k), STRIDE * int(k * factor)
-
-
-def all_sizes(base_hw: Sequence[int], multiscale_range: int) -> list[tuple[int, int]]:
-    """Every size the schedule can draw, smallest first."""
-    lo, hi = size_range(base_hw, multiscale_range)
-    return [size_for_factor(base_hw, k) for k in range(lo, hi + 1)]
-
-
-def scheduled_size(
-    base_hw: Sequence[int],
-    multiscale_range: int,
-    seed: int,
-    step: int,
-    interval: int = DEFAULT_INTERVAL,
-) -> tuple[int, int]:
-    """Input size (h, w) of global step ``step`` (0-based, counted over the whole run).
-
-    Steps ``[0, interval)`` run at the base size, as in the original; every later window
-    of ``interval`` steps draws a factor uniformly from :func:`size_range`, from a random
-    generator seeded by (seed, window) alone. ``multiscale_range`` 0 always gives the base.
-    """
-    base = (int(base_hw[0]), int(base_hw[1]))
-    if int(interval) < 1:
-        raise ValueError(f"train.multiscale_interval must be >= 1, got {interval}")
-    lo, hi = size_range(base, multiscale_range)
-    window = int(step) // int(interval)
-    if window == 0 or lo == hi:
-        return base
-    rng = np.random.default_rng((int(seed) & 0xFFFFFFFF, window))
-    return size_for_factor(base, int(rng.integers(lo, hi + 1)))
 
 
 def compile_cache_enabled() -> bool:
@@ -104,25 +49,6 @@ def compile_cache_enabled() -> bool:
     if enabled is None or enabled is False:
         enabled = os.environ.get("MS_COMPILER_CACHE_ENABLE") == "1"
     return bool(enabled)
-
-
-def sink_steps(interval: int, steps_per_epoch: int, requested: int) -> int:
-    """Steps per data sink that keep the size schedule when sizes change only at sinks.
-
-    A sink runs one graph, hence one size: its steps must lie in one size window, so the
-    sink size must divide ``interval`` (and, as any sink size, the steps of an epoch).
-    ``requested`` -1 or 0 picks the largest such size, gcd(interval, steps_per_epoch).
-    """
-    largest = math.gcd(int(interval), int(steps_per_epoch))
-    if requested in (-1, 0):
-        return largest
-    if requested < 0 or interval % requested or steps_per_epoch % requested:
-        raise ValueError(
-            f"runtime.sink_size={requested}: with multi-scale training a sink must stay in one "
-            f"size window, so the sink size must divide train.multiscale_interval={interval} "
-            f"and the {steps_per_epoch} steps of an epoch (largest: {largest}; -1 picks it)"
-        )
-    return int(requested)
 
 
 class MultiScaleResize(nn.Cell):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -43,48 +42,6 @@ def split_decay_params(network: nn.Cell) -> tuple[list, list]:
     return decay, no_decay
 
 
-def yolox_lr_schedule(
-    base_lr: float,
-    steps_per_epoch: int,
-    epochs: int,
-    warmup_epochs: float,
-    no_aug_epochs: int,
-    min_lr_ratio: float = 0.05,
-    warmup_lr: float = 0.0,
-) -> np.ndarray:
-    """Per-step learning rates of YOLOX's ``yoloxwarmcos`` schedule, as its Trainer uses them.
-
-    Quadratic warm-up from ``warmup_lr`` over ``warmup_epochs``, cosine down to
-    ``min_lr_ratio * base_lr`` at the start of the no-augmentation epochs, then flat. YOLOX's
-    Trainer sets the rate *after* each step (``update_lr(progress_in_iter + 1)`` in
-    ``train_one_iter``), so step ``i`` runs at the schedule's value for iteration ``i``, and
-    the first step at the optimizer's initial rate: ``warmup_lr`` with a warm-up,
-    ``base_lr`` without (``Exp.get_optimizer``).
-    """
-    total = epochs * steps_per_epoch
-    warm = warmup_epochs * steps_per_epoch
-    no_aug = no_aug_epochs * steps_per_epoch
-    min_lr = base_lr * min_lr_ratio
-    lrs = np.empty(total, dtype=np.float32)
-    for it in range(total):
-        if it == 0:
-            lr = warmup_lr if warm > 0 else base_lr
-        elif it <= warm:
-            lr = (base_lr - warmup_lr) * (it / float(warm)) ** 2 + warmup_lr
-        elif it >= total - no_aug:
-            lr = min_lr
-        else:
-            progress = (it - warm) / float(total - warm - no_aug)
-            lr = min_lr + 0.5 * (base_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
-        lrs[it] = lr
-    return lrs
-
-
-def scaled_lr(lr_per_img: float, total_batch: int) -> float:
-    """YOLOX scales the learning rate with the total batch: 0.01 per 64 images."""
-    return lr_per_img * total_batch
-
-
 class DecayInKernelSGD(nn.SGD):
     """``nn.SGD`` whose weight decay runs inside each parameter's ``SGD`` kernel.
 
@@ -112,7 +69,7 @@ class DecayInKernelSGD(nn.SGD):
     passed through unchanged: the same update, bit for bit.
     """
 
-    def __init__(self, params, library: str | None = None, **kwargs):
+    def __init__(self, params, library: str | None = None, eager: bool = False, **kwargs):
         super().__init__(params, **kwargs)
         decays = getattr(self, "group_weight_decay", None)  # one per parameter, in order
         if not decays:  # no parameter groups: one decay for all
@@ -122,7 +79,7 @@ class DecayInKernelSGD(nn.SGD):
         self.flat = None
         centralized = any(getattr(self, "grad_centralization_flags", ()) or ())
         if library and not (self.is_group_lr or self.need_scale or centralized):
-            self.flat = flat_sgd_op(library, len(self._parameters))
+            self.flat = flat_sgd_op(library, len(self._parameters), eager)
             self.flat_settings = tuple(
                 Tensor(np.array([v], np.float32)) for v in (self.dampening, float(self.nesterov))
             )
@@ -189,6 +146,7 @@ def build_optimizer(
     return DecayInKernelSGD(
         groups,
         library=kernels.library_for("sgd"),
+        eager=kernels.eager,
         learning_rate=lr,
         momentum=float(cfg.momentum),
         nesterov=bool(cfg.nesterov),

@@ -52,6 +52,7 @@ never stays open (an epoch holds whole windows).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import mindspore as ms
@@ -59,14 +60,13 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, nn, ops
 
 from msdet.engine.runtime.ascend import float_status_ops
-from msdet.engine.runtime.distributed import world_group
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.ema import ModelEMA, flat_value
 from msdet.engine.training.multiscale import (
     MultiScaleResize,
 )
 from msdet.engine.training.optim import build_optimizer
-from msdet.engine.training.schedule import accumulation, multiscale_settings
+from msdet.engine.training.schedule import accumulation
 from msdet.engine.training.step_stats import StepStatistics
 from msdet.models.loss import DetectorWithLoss, YOLOXLoss
 from msdet.models.yolox import set_recompute
@@ -82,12 +82,15 @@ def build_train_step(
     rt: Runtime,
     skip_nonfinite: bool = False,
     img_size: tuple[int, int] | None = None,
+    multiscale: bool = False,
+    grad_reducer: Callable[[Any], nn.Cell | None] | None = None,
 ) -> TrainStep:
     """The training step Cell: SGD, EMA and loss scaling as configured (bench/ uses it too).
 
     ``skip_nonfinite``: a NaN/Inf loss updates no weight (see ``TrainStep``). With
-    ``img_size`` (the base input size) and ``train.multiscale_range`` > 0, the batch is
-    resized inside the step (``engine.training.multiscale``). ``train.accumulate`` micro-batches
+    ``multiscale``, the batch (at ``img_size``, the base input size) is resized inside the
+    step (``engine.training.multiscale``). ``grad_reducer``: the loop's gradient mean over the
+    ranks, made for the optimizer's parameters (``TrainLoop.gradient_reducer``). ``train.accumulate`` micro-batches
     make one optimizer step; ``train.recompute`` marks cells of ``net`` for recomputation
     (:func:`models.yolox.set_recompute`).
     """
@@ -99,15 +102,16 @@ def build_train_step(
             len(recomputed),
         )
     optimizer = build_optimizer(net, lrs, tcfg, rt.kernels)
-    ema = ModelEMA(net, float(tcfg.ema_decay), rt.kernels.library_for("ema")) if tcfg.ema else None
-    reducer = None
-    if rt.distributed and rt.loop == "jit":
-        reducer = GradientMean(rt.world_size, world_group())
-    elif rt.distributed:
-        reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=rt.world_size)
+    kernels = rt.kernels
+    ema = (
+        ModelEMA(net, float(tcfg.ema_decay), kernels.library_for("ema"), kernels.eager)
+        if tcfg.ema
+        else None
+    )
+    reducer = grad_reducer(optimizer.parameters) if grad_reducer is not None else None
     scale = float(rt.loss_scale) if rt.amp_level != "O0" else 1.0
     net_with_loss = DetectorWithLoss(net, loss)
-    if img_size is not None and multiscale_settings(tcfg)[0] > 0:
+    if multiscale:
         net_with_loss = MultiScaleResize(net_with_loss, img_size)
     step = TrainStep(
         net_with_loss,
@@ -149,34 +153,6 @@ def _accumulate_one(closes, total, grad):
     value = total + grad.astype(total.dtype)
     kept = ops.select(ops.broadcast_to(closes, value.shape), ops.zeros_like(value), value)
     return ops.depend(value, ops.assign(total, kept))
-
-
-_rank_mean = ops.MultitypeFuncGraph("rank_mean")
-
-
-@_rank_mean.register("Function", "Tensor", "Tensor")
-def _rank_mean_one(allreduce, factor, grad):
-    # In float32, as MindSpore's own reducer does: a float16 sum over many ranks could overflow.
-    total = allreduce(grad.astype(ms.float32))
-    return (total * factor).astype(grad.dtype)
-
-
-class GradientMean(nn.Cell):
-    """The gradients' mean over the ranks: an all-reduce (sum) of each over ``group`` (all
-    ranks: ``engine.runtime.distributed.world_group``), times 1 / ranks, the arithmetic of
-    MindSpore's ``nn.DistributedGradReducer`` (so both training loops compute the same
-    update), without its reading of the static-graph auto-parallel context that msdet's jit
-    loop does not set.
-    """
-
-    def __init__(self, world_size: int, group: str):
-        super().__init__()
-        self.allreduce = ops.AllReduce(ops.ReduceOp.SUM, group)
-        self.factor = ms.Tensor(1.0 / int(world_size), ms.float32)
-        self.hyper_map = ops.HyperMap()
-
-    def construct(self, grads):
-        return self.hyper_map(ops.partial(_rank_mean, self.allreduce, self.factor), grads)
 
 
 def network_images(images: ms.Tensor) -> ms.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import cv2
@@ -30,7 +31,6 @@ from msdet.engine.runtime.ascend import nms_on_host
 from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.checkpoints import BEST
 from msdet.engine.training.ema import ModelEMA
-from msdet.engine.training.jit_loop import jit_compiled_cell
 from msdet.models.inference import InferenceNet, build_nms
 from msdet.models.weights import network_weights, read_checkpoint
 from msdet.models.yolox import build_model
@@ -53,7 +53,16 @@ class TrainingEvaluation:
     other ranks, which only contribute detections.
     """
 
-    def __init__(self, cfg, rt, num_classes: int, source, net: nn.Cell, ema: ModelEMA | None):
+    def __init__(
+        self,
+        cfg,
+        rt,
+        num_classes: int,
+        source,
+        net: nn.Cell,
+        ema: ModelEMA | None,
+        compile_cell: Callable[[nn.Cell], nn.Cell] | None = None,
+    ):
         self.source = source
         self.run_dir = rt.run_dir
         self.is_main = rt.is_main
@@ -68,12 +77,10 @@ class TrainingEvaluation:
             kernels=rt.kernels,
             max_boxes=rt.nms_max_boxes,
         )
-        if rt.loop == "jit":
-            # PyNative mode would run evaluation operator by operator: compile it as the
-            # training step is (graph mode compiles it whole, the same kernels).
-            self.detector = jit_compiled_cell(self.detector, rt.jit_level)
+        if compile_cell is not None:  # the training loop's compile (TrainLoop.compile_eval)
+            self.detector = compile_cell(self.detector)
             if isinstance(self.nms, nn.Cell):
-                self.nms = jit_compiled_cell(self.nms, rt.jit_level)
+                self.nms = compile_cell(self.nms)
         self.dataset = build_eval_dataset(
             cfg.data, source, cfg.eval.img_size, int(cfg.eval.batch_size), rt.rank, rt.world_size
         )

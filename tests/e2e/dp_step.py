@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from tests.support.training import training_loop  # noqa: E402
 from tests.support.dp_step import INITIAL_FILE, LR, RESULT_FILE, STEPS, network, rank_batch  # noqa: E402
 
 
@@ -34,11 +35,13 @@ def main(run: Run) -> None:
     from msdet.engine.training.step import build_train_step
 
     rt = setup_runtime(cfg.runtime, run.dir)
+    loop = training_loop(cfg, rt)  # runtime.loop's: Model.train's or the jit loop's reducer
     net, loss = network(cfg)
     if rt.rank == 0:
         initial = {p.name: p.asnumpy() for p in net.trainable_params()}
         np.savez(os.path.join(rt.run_dir, INITIAL_FILE), **initial)
-    step = build_train_step(net, loss, np.full(STEPS, LR, np.float32), cfg.train, rt)
+    step = build_train_step(net, loss, np.full(STEPS, LR, np.float32), cfg.train, rt,
+                            grad_reducer=loop.gradient_reducer)  # fmt: skip
     losses = []
     for i in range(STEPS):
         out = step(*(ms.Tensor(a) for a in rank_batch(rt.rank, i)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from msdet.engine.training.multiscale import scheduled_size
+from msdet.engine.training.schedule import scheduled_size
 from msdet.ops.cpu_kernels import default_cache_dir
 from tests.support.tiny_run import run_entry
 

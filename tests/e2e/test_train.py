@@ -208,7 +208,7 @@ def test_resume_with_more_epochs_extends_the_schedule(tmp_path, cache_dir):
     """YOLOX users extend a finished run by resuming with a larger train.epochs (it used to
     stop on the LR Parameter's shape). The schedule is the new config's, evaluated from the
     step reached: epoch 2 ends at the new schedule's LR, not the old one's."""
-    from msdet.engine.training.optim import scaled_lr, yolox_lr_schedule
+    from msdet.engine.training.schedule import scaled_lr, yolox_lr_schedule
 
     run = tmp_path / "extend"
     common = ["train.no_aug_epochs=0", "train.warmup_epochs=0", "train.tensorboard=false"]

@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     class Update(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.op = flat_ema_op(library, 1)
+            self.op = flat_ema_op(library, 1, eager=sys.argv[2] == "PYNATIVE_MODE")
             self.value = ms.Parameter(ms.Tensor(np.full(3, 4.0, np.float32)), name="value")
             self.buffer = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="buffer")
 

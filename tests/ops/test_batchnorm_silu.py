@@ -35,7 +35,8 @@ class Fused(nn.Cell):
     def __init__(self, channels: int, library: str):
         super().__init__()
         self.bn = nn.BatchNorm2d(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
-        self.fused = BatchNormSiLU(BN_EPS, BN_MOMENTUM, library)
+        eager = ms.get_context("mode") == ms.PYNATIVE_MODE  # op by op in PyNative mode
+        self.fused = BatchNormSiLU(BN_EPS, BN_MOMENTUM, library, eager)
 
     def construct(self, x):
         bn = self.bn

@@ -26,7 +26,7 @@ class Weights(nn.Cell):
 def _averages(library, mode):
     with execution_mode(mode):
         net = Weights()
-        ema = ModelEMA(net, decay=0.9, library=library)
+        ema = ModelEMA(net, decay=0.9, library=library, eager=mode == ms.PYNATIVE_MODE)
         rng = np.random.default_rng(1)
         for _ in range(4):
             for param in net.get_parameters():

@@ -26,6 +26,7 @@ def sgd_optimizer(library, nesterov: bool):
     opt = DecayInKernelSGD(
         groups,
         library=library,
+        eager=ms.get_context("mode") == ms.PYNATIVE_MODE,  # op by op in PyNative mode
         learning_rate=[0.1, 0.05, 0.02, 0.01],
         momentum=0.9,
         nesterov=nesterov,

@@ -129,3 +129,14 @@ class Quadratic(nn.Cell):
         loss = ((self.w - x) ** 2).sum() * targets.sum() * mask.sum()
         zero = ops.zeros((), ms.float32)
         return loss, zero, zero, zero, zero, zero
+
+
+def training_loop(cfg, rt, train_images: int = 64, classes: int = 80):
+    """The training loop a run of ``cfg`` on ``rt`` builds (``engine.training.loops``), from
+    its plan over a dataset of ``train_images`` images: its execution mode and data-parallel
+    context set, its gradient reducer ready for ``build_train_step``."""
+    from msdet.engine.training.plan import DataSummary, plan_run
+    from msdet.engine.training.trainer import build_loop
+
+    data = DataSummary("test", train_images, 8, tuple(f"c{i}" for i in range(classes)))
+    return build_loop(plan_run(cfg, rt, data), rt)

@@ -5,10 +5,11 @@ that chip's own CANN operator tables, on this CPU.
         [--tables TABLES.json] [--waivers WAIVERS.json] [--json REPORT.json] [--no-values]
         [--cards N] [--depthwise-rewrite auto|on|off] [key=value ...]
 
-Per chip it assumes the precision mode in effect there (MindSpore's default for the chip,
-or ``runtime.precision_mode``) and the backend msdet sets there (jit level O2, GE's graph
-sink, on the 910A; O0, kernel by kernel, elsewhere and for ``runtime.loop=jit``; or
-``runtime.jit_level``), compiles the
+Per chip it runs msdet's runtime set-up against the chip stood in on this CPU
+(``engine.runtime.standin``), so it judges the precision mode in effect there (MindSpore's
+default for the chip, or ``runtime.precision_mode``) and the backend msdet sets there
+(``engine.runtime.ascend.graph_backends``: GE's graph sink on the 910A under ``Model.train``;
+kernel by kernel elsewhere and under ``runtime.loop=jit``; or ``runtime.jit_level``), compiles the
 graphs msdet runs on it (:mod:`.graphs`) and lists their primitives from MindSpore's IR
 dump, maps each to what runs it on that backend (the GE operator; kernel by kernel the
 aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's tables
@@ -24,9 +25,11 @@ operators (:mod:`.depthwise`); ``--depthwise-rewrite auto`` (the default) models
 rewrite where the installed MindSpore's backend carries it (none of 2.7 to 2.10 does),
 ``on`` always, ``off`` never. The report says which, and why.
 
-What the tables cannot tell: kernel by kernel (jit level O0/O1, msdet's choice on A2) most
+What the tables cannot tell: kernel by kernel (jit level O0/O1, msdet's choice on A2) many
 primitives run as aclnn kernels, whose dtype and chip support CANN documents per API, not
-in these tables (their verdict is ``aclnn``, with what the table says of the GE operator); dtypes some AI Core operators decide
+in these tables (their verdict is ``aclnn``, with what the table says of the GE operator;
+on the 910A only where the API is shown to support the Atlas training series,
+``data/aclnn_support.json``, else it fails); dtypes some AI Core operators decide
 in their ``op_select_format`` code are emulated from CANN's sources, not compiled; MindSpore
 branches that test the device at build time (``ms.amp.all_finite``) take the CPU branch
 here. Only a card shows what really compiles and how fast: ``python -m
@@ -54,8 +57,9 @@ from msdet.tools.chip_check.verdict import (
 
 log = logging.getLogger("chip_check")
 CHIPS = ("ascend910", "ascend910b", "ascend310p", "ascend310b")
-# engine.runtime.ascend.JIT_BACKENDS' names -> the verdicts' backends.
-BACKEND = {"GE graph sink": "ge", "kernel by kernel": "kbk"}
+# engine.runtime.ascend.Backend.runs -> the verdicts' backends (ms_backend's whole-graph
+# executor, under a rank-table launch, runs the same kernels as kernel by kernel).
+BACKEND = {"GE graph sink": "ge", "kernel by kernel": "kbk", "ms_backend, whole graph": "kbk"}
 NOTE = (
     "not told by the tables: aclnn kernels (the 'aclnn' rows, kernel by kernel) have their own "
     "dtype support per API; op_select_format dtypes are emulated from CANN's sources; MindSpore "
@@ -96,16 +100,17 @@ def run_check(
     modes = {c: DEFAULT_PRECISION.get(c, "allow_fp32_to_fp16") if requested == "auto" else requested
              for c in chips}  # fmt: skip
     from msdet.engine.runtime.device import resolve_sink
+    from msdet.engine.training.plan import Loop
 
     # Data sinking runs the training step on the device (msdet's default on Ascend, both
     # loops).
-    loop = str(cfg.runtime.loop)
+    loop = Loop.parse(cfg.runtime.get("loop", "model")).value
     sunk = ("train", distributed_graph(cards)) if resolve_sink(cfg.runtime.sink, "Ascend") else ()
     rows, backends = {}, {}
     rewrite = {"rewrite": depthwise.rewrite_node} if rewrites else {}
     for chip in chips:
-        chip_rt = chip_runtime(rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, loop)
-        backends[chip] = (chip_rt.jit_level, chip_rt.backend)
+        _, backend = chip_runtime(cfg.runtime, chip, loop)
+        backends[chip] = (backend.jit_level, backend.runs)
         log.info("%s: compiling msdet's graphs on this CPU (jit level %s: %s)", chip,
                  *backends[chip])  # fmt: skip
         rows[chip] = graph_rows(cfg, rt, chip, img=img, cards=cards, **rewrite)

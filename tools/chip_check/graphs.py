@@ -21,9 +21,9 @@ Every graph is built on MindSpore's operators (no msdet CPU kernel exists on a c
 small input size: the operators and their dtypes do not depend on it. Both training loops
 run the same step Cell (``runtime.loop=jit`` compiles it with ``mindspore.jit``), so the
 listing holds for both; what the jit loop changes is the backend on the Atlas training
-series (``engine.runtime.ascend.jit_loop_level``: kernel by kernel from MindSpore 2.9 on,
-where ``Model.train`` defaults to GE) and, with several ranks, the gradient mean (an
-AllReduce and a Mul either way).
+series (``engine.runtime.ascend.graph_backends``: kernel by kernel, where ``Model.train``
+defaults to GE) and, with several ranks, the gradient mean (an AllReduce and a Mul either
+way).
 """
 
 from __future__ import annotations
@@ -38,46 +38,30 @@ from msdet.tools.chip_check.ir import Row
 
 TRAINING_CHIPS = ("ascend910", "ascend910b")
 INFERENCE_CHIPS = ("ascend310p", "ascend310b")
-# MindSpore 2.10's SoC answers per chip (engine.runtime.device): (Atlas training series, A2
-# and later, jit level O2 by default), as its SoC table in libmindspore_core.so gives them.
-SOC_ANSWERS = {
-    "ascend910": (True, False, True),
-    "ascend910b": (False, True, False),
-    "ascend910_93": (False, True, False),
-    "ascend310p": (False, False, False),
-    "ascend310b": (False, False, False),
-}
 NUM_CLASSES = 80
 
 
-def chip_runtime(
-    rt: Any, chip: str, amp: str, jit_level: str | None = None, loop: str = "model"
-) -> Any:
-    """``rt`` (set up on this CPU) as msdet would set it up on ``chip`` (``jit_level``: the
-    configured ``runtime.jit_level``, None for the chip's default; ``loop``:
-    ``runtime.loop``, whose backend differs on the Atlas training series)."""
-    from msdet.engine.runtime.ascend import chip_profile, jit_level_in_effect, jit_loop_level
-    from msdet.engine.runtime.device import resolve_amp
-    from msdet.ops.cpu_kernels import NATIVE
+def chip_runtime(runtime_cfg: Any, chip: str, loop: str = "model") -> tuple[Any, Any]:
+    """(runtime, training graphs' backend) of msdet on ``chip``: ``setup_runtime`` run against
+    the chip stood in on this CPU (``engine.runtime.standin``: the chip's answers as the
+    installed MindSpore release asks them) and the backend the run plan gives ``loop``'s
+    training graphs there (``engine.runtime.ascend.graph_backends``), so the check judges what
+    msdet really sets. ``runtime_cfg``: the ``runtime`` config group (its ``amp``,
+    ``jit_level``, ``precision_mode``)."""
+    import tempfile
 
-    classic, hq_dtype, jit_o2 = SOC_ANSWERS[chip]
-    profile = chip_profile(chip, classic, hq_dtype, None, jit_o2)
-    if loop == "jit":
-        level, backend = jit_loop_level(jit_level, profile)
-    else:
-        level, backend = jit_level_in_effect(jit_level, profile)
-    return dataclasses.replace(
-        rt,
-        device="Ascend",
-        amp_level=resolve_amp(amp, "Ascend"),
-        float_status=profile.float_status,
-        chip=chip,
-        host_nms=profile.host_nms,
-        nms_max_boxes=profile.nms_max_boxes,
-        jit_level=level,
-        backend=backend,
-        kernels=NATIVE,
-    )
+    from omegaconf import OmegaConf
+
+    from msdet.engine.runtime.ascend import graph_backends
+    from msdet.engine.runtime.process import setup_runtime
+    from msdet.engine.runtime.standin import StandInAscend
+
+    cfg = OmegaConf.merge(runtime_cfg, {"device": "Ascend", "cpu_kernels": "native",
+                                        "distributed": False, "save_graphs": False})  # fmt: skip
+    with StandInAscend(chip):
+        rt = setup_runtime(cfg, tempfile.gettempdir())
+    backend = graph_backends(loop, rt.chip_profile, cfg.jit_level, rt.rank_table)["train"]
+    return rt, backend
 
 
 def graph_rows(
@@ -99,9 +83,7 @@ def graph_rows(
     from msdet.models.yolox import build_model
     from msdet.tools.chip_check.ir import list_primitives
 
-    chip_rt = chip_runtime(
-        rt, chip, str(cfg.runtime.amp), cfg.runtime.jit_level, str(cfg.runtime.loop)
-    )
+    chip_rt, _ = chip_runtime(cfg.runtime, chip, str(cfg.runtime.get("loop", "model")))
     rows: list[Row] = []
 
     backend_pass = rewrite if chip in TRAINING_CHIPS else None
@@ -159,7 +141,7 @@ def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
     import mindspore as ms
 
     from msdet.engine.runtime.amp import apply_amp
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.engine.training.step import build_train_step
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model

@@ -15,6 +15,9 @@ import os
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 MAPPING = os.path.join(DATA_DIR, "ms_to_cann.json")
+# Whether each aclnn API the mapping dispatches to runs on the Atlas training series, with
+# its evidence (the file's _meta says what counts).
+ACLNN_SUPPORT = os.path.join(DATA_DIR, "aclnn_support.json")
 WAIVERS = os.path.join(DATA_DIR, "waivers.json")
 WAIVER_KEYS = ("prim", "reason", "chips", "graphs", "verdicts", "backends")
 # Operator types CANN's graph passes (GE/FE fusion and constant-to-attribute passes, in
@@ -53,10 +56,14 @@ HCCL = {
 }
 
 
-def load_mapping(path: str | None = None) -> dict:
-    """The MindSpore primitive -> CANN operator mapping (and its sources)."""
+def load_mapping(path: str | None = None, aclnn_path: str | None = None) -> dict:
+    """The MindSpore primitive -> CANN operator mapping (and its sources), with the aclnn
+    APIs' chip support under ``"aclnn_support"``."""
     with open(path or MAPPING, encoding="utf-8") as f:
-        return json.load(f)
+        mapping = json.load(f)
+    with open(aclnn_path or ACLNN_SUPPORT, encoding="utf-8") as f:
+        mapping["aclnn_support"] = json.load(f)["apis"]
+    return mapping
 
 
 def cann_ops_needed(mapping: dict | None = None) -> list[str]:

@@ -170,7 +170,7 @@ def run_steps(steps: int, img: int, batch: int, data_dir: str, overrides=()) -> 
 
     from msdet.data.build import build_sources
     from msdet.data.pipeline import AugmentParams, TrainSamples
-    from msdet.engine.training.optim import yolox_lr_schedule
+    from msdet.engine.training.schedule import yolox_lr_schedule
     from msdet.engine.training.step import build_train_step
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model

@@ -14,7 +14,9 @@ Verdicts, per chip and graph: ``aicore`` (a kernel for these dtypes), ``aicore(f
 (only a float16 kernel, and the precision mode casts: checked against the values measured
 on CPU, :mod:`.values`), ``aicpu`` (runs on the AI CPU: slow), ``none`` (will not compile),
 ``guarded`` (would not run as built, but msdet checks it on the device first and falls back),
-``aclnn`` (kernel by kernel, an aclnn kernel: the tables cannot tell its dtypes),
+``aclnn`` (kernel by kernel, an aclnn kernel: the tables cannot tell its dtypes; on the
+Atlas training series only where its API is shown to run there, :data:`ACLNN_CHIP`, else
+``unverified``, or ``none`` where a document excludes the chip),
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
 ``op_select_format`` and not emulated), ``unverified`` (mapped, but MindSpore's sources show
 no way for the backend to compile it: no GE adapter and no GE fallback; or its CANN operator
@@ -177,6 +179,38 @@ def _unmapped(prim: str, mapping: dict) -> str:
     )
 
 
+# The chip whose aclnn support each API must show (data/aclnn_support.json): CANN's aclnn
+# pages exclude the Atlas training series for some APIs; A2 and later are what aclnn is for.
+ACLNN_CHIP = "ascend910"
+
+
+def _aclnn_on_chip(entry: dict, support: dict) -> tuple[str, str]:
+    """(verdict, reason) for a primitive run as aclnn kernels on :data:`ACLNN_CHIP`: every
+    API it calls must be shown to run there (``support``: data/aclnn_support.json)."""
+    kernel = entry.get("aclnn_kernel") or "aclnn"
+    apis = entry.get("aclnn_apis_called") or ([kernel] if kernel.startswith("aclnn") else [])
+    if not apis:
+        return "unverified", (
+            f"kernel by kernel on {ACLNN_CHIP}: {kernel} names no aclnn API whose support of the "
+            "Atlas training series could be shown; run it on a card (the self-test) and waive "
+            "it with the result, or train there with runtime.loop=model (GE)"
+        )
+    shown = []
+    for api in apis:
+        known = support.get(api)
+        if known is None or known.get(ACLNN_CHIP) is None:
+            why = (known or {}).get("source") or "no document read for it"
+            return "unverified", (
+                f"kernel by kernel on {ACLNN_CHIP}: {api} is not shown to support the Atlas "
+                f"training series ({why[:300]}); run it on a card and waive it with the result, "
+                "or train there with runtime.loop=model (GE)"
+            )
+        if known[ACLNN_CHIP] is False:
+            return "none", f"kernel by kernel on {ACLNN_CHIP}: {api} excludes it ({known['source']})"
+        shown.append(f"{api} ({known['evidence']}: {known['source'][:160]})")
+    return "aclnn", f"kernel by kernel on {ACLNN_CHIP}: " + "; ".join(shown)
+
+
 def _aclnn(entry: dict) -> tuple[str, str]:
     """(the aclnn API or MindSpore kernel a primitive runs as kernel by kernel, how to say it)."""
     kernel = entry.get("aclnn_kernel") or "aclnn"
@@ -227,6 +261,8 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
             "not in these tables, and the precision mode reaches it through its cube math "
             "type: only a card shows it (the self-test)"
         )
+        if chip == ACLNN_CHIP:
+            finding.verdict, finding.reason = _aclnn_on_chip(entry, mapping.get("aclnn_support", {}))
         if entry.get("cann_op") or entry.get("ge_fallback_expands_to"):
             ge = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
             finding.notes.append(f"as a GE operator ({ge.cann_op}): {ge.verdict}, {ge.reason}")

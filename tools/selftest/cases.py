@@ -43,14 +43,42 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
 from msdet.common.config import load_config
+from msdet.engine.runtime.ascend import MS_BACKEND, Backend, graph_backends
+from msdet.engine.runtime.process import Runtime, setup_runtime
+from msdet.engine.training.plan import Loop, check_mode
 
 log = logging.getLogger("selftest")
+
+
+@dataclass(frozen=True)
+class DeviceRun(Runtime):
+    """The runtime as the self-test uses it: with the training loop ``runtime.loop`` names
+    and the backend that loop gives its ``mindspore.jit`` graphs (``RunPlan.backends``)."""
+
+    loop: Loop = Loop.MODEL
+    loop_backend: Backend = Backend("O0", MS_BACKEND, "")
+
+
+def set_up_device(runtime_cfg: Any, work: str) -> DeviceRun:
+    """``setup_runtime`` and the loop's mode and backend, as a training run sets them."""
+    import mindspore as ms
+
+    loop = Loop.parse(runtime_cfg.get("loop", "model"))
+    check_mode(loop, str(runtime_cfg.mode))
+    rt = setup_runtime(runtime_cfg, work)
+    backend = graph_backends(loop.value, rt.chip_profile, runtime_cfg.jit_level,
+                             rt.rank_table)["train"]  # fmt: skip
+    if loop is Loop.JIT:  # as engine.training.jit_loop.JitLoop: PyNative, the graphs jit-compiled
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    own = {f.name: getattr(rt, f.name) for f in fields(Runtime)}
+    return DeviceRun(**own, loop=loop, loop_backend=backend)
+
 
 NUM_CLASSES, BATCH, TARGETS, MAX_OBJECTS = 80, 2, 4, 16
 NMS_CLASSES, NMS_CANDIDATES, NMS_ANCHORS = 80, 2864, 3500
@@ -257,11 +285,11 @@ def as_called(cell: Any, rt: Any) -> Any:
     ``runtime.loop=jit`` (PyNative mode: without it every operator would run on its own),
     else as it is (graph mode compiles it on its first call); a host object (host NMS) as
     it is."""
-    if getattr(rt, "loop", "model") != "jit" or not hasattr(cell, "construct"):
+    if getattr(rt, "loop", Loop.MODEL) is not Loop.JIT or not hasattr(cell, "construct"):
         return cell
     from msdet.engine.training.jit_loop import jit_compiled_cell
 
-    return jit_compiled_cell(cell, rt.jit_level)
+    return jit_compiled_cell(cell, rt.loop_backend)
 
 
 def one_step(step: Any, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:

@@ -186,6 +186,7 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
     from mindspore.train import Model
 
     from msdet.engine.training.jit_loop import JitTrainLoop
+    from msdet.engine.training.plan import Loop
     from msdet.engine.training.step_stats import read_and_reset
 
     batch = tuple(ref[k] for k in ("images", "targets", "mask"))
@@ -195,8 +196,8 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
         data = ds.GeneratorDataset(
             lambda: (batch for _ in range(steps)), ["images", "targets", "mask"]
         )
-        if rt.loop == "jit":
-            loop = JitTrainLoop(step, jit_level=rt.jit_level, sink_size=steps if sink else 0)
+        if rt.loop is Loop.JIT:
+            loop = JitTrainLoop(step, backend=rt.loop_backend, sink_size=steps if sink else 0)
             run = lambda loop=loop, data=data: loop.train(1, data, [])  # noqa: E731
         else:
             run = lambda step=step, data=data, sink=sink: Model(step).train(  # noqa: E731

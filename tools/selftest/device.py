@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from msdet.engine.training.plan import Loop
 from msdet.tools.selftest.cases import (
     WEIGHTS_FILE,
     Check,
     compose_config,
     load_reference,
+    set_up_device,
     skipped,
     train_step_cell,
 )
@@ -110,9 +112,9 @@ def environment(rt: Any) -> dict[str, Any]:
         "precision_mode": rt.precision_mode,
         "amp": rt.amp_level,
         "mode": rt.mode,
-        "loop": rt.loop,
-        "jit_level": rt.jit_level,
-        "backend": rt.backend,
+        "loop": rt.loop.value,
+        "jit_level": (rt.loop_backend if rt.loop is Loop.JIT else rt.graphs).jit_level,
+        "backend": (rt.loop_backend if rt.loop is Loop.JIT else rt.graphs).runs,
         "host_nms": rt.host_nms,
         "cpu_kernels": list(rt.kernels.names),
         "python": platform.python_version(),
@@ -127,9 +129,7 @@ def run_device_checks(overrides: list[str], keys: list[str], work: str) -> None:
         # MindSpore's operators on both sides: msdet's CPU kernels have parity tests of their
         # own, are float32 only (AMP checks rebuild the network), and never run on a device.
         cfg = compose_config(["runtime.cpu_kernels=native", *overrides])
-        from msdet.engine.runtime.process import setup_runtime
-
-        rt = setup_runtime(cfg.runtime, work)  # the device, its chip query, precision mode
+        rt = set_up_device(cfg.runtime, work)  # the device, its chip query, precision mode
     except Exception as err:  # the report must say why nothing ran
         record.check("setup", Check("device set-up", "failed", note=error_note(err)))
         for key in keys:

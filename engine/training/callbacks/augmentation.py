@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from msdet.data.pipeline import first_no_aug_epoch
+from msdet.data.config import first_no_aug_epoch
 from msdet.engine.runtime.mindspore_compat import write_parameter
 from msdet.engine.training.callbacks.base import MEASURE, EpochCallback, TrainState
 

@@ -186,16 +186,6 @@ def test_precision_mode_auto_leaves_mindspores_default_and_explicit_values_win(c
         ascend.check_precision_mode("fp16_please")
 
 
-def test_the_jit_level_in_effect_is_named_with_how_it_runs(monkeypatch):
-    a = ascend.chip_profile("ascend910", True, False, None)
-    b = ascend.chip_profile("ascend910b", False, True, None)
-    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
-    assert ascend.jit_level_in_effect(None, a) == ("O2", "GE graph sink")
-    assert ascend.jit_level_in_effect(None, b) == ("O0", "kernel by kernel")
-    assert ascend.jit_level_in_effect("O1", a) == ("O1", "kernel by kernel")
-    assert ascend.jit_level_in_effect(None, None) == ("O0", "kernel by kernel")
-    monkeypatch.setenv("RANK_TABLE_FILE", "/x/rank_table.json")
-    assert ascend.jit_level_in_effect("O0", b) == ("O2", "GE graph sink")
 
 
 @pytest.mark.slow

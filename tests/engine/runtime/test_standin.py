@@ -76,17 +76,26 @@ def test_an_explicit_precision_mode_is_set_and_read_back(caplog):
 
 @pytest.mark.parametrize(("loop", "parallel_context"), [("model", True), ("jit", False)])
 def test_data_parallel_set_up_on_eight_cards(monkeypatch, loop, parallel_context):
+    """The ranks are set up at start-up; the static-graph data-parallel context is
+    Model.train's, set by its loop (the jit loop all-reduces in its step)."""
+    from msdet.common.config import load_config
+    from tests.support.training import training_loop
+
     monkeypatch.setenv("MS_ROLE", "MS_WORKER")
+    cfg = load_config("train", [f"runtime.loop={loop}"])
     with StandInAscend("ascend910b", rank=3, world=8) as card:
         rt = setup_runtime(runtime_cfg(distributed=True, loop=loop), ".")
+        assert card.called("set_auto_parallel_context") == []
+        training_loop(cfg, rt)
     assert (rt.rank, rt.world_size, rt.distributed, rt.is_main) == (3, 8, True, False)
     assert len(card.called("init")) == 1
     contexts = card.called("set_auto_parallel_context")
-    if parallel_context:  # Model.train compiles under the static-graph data-parallel context
+    if parallel_context:
         assert contexts == [{"parallel_mode": "data_parallel", "gradients_mean": True,
                              "device_num": 8}]  # fmt: skip
-    else:  # the jit loop all-reduces in its step
+    else:
         assert contexts == []
+        assert card.called("set_context")[-1] == {"mode": 1}  # PyNative, for mindspore.jit
 
 
 def test_nms_runs_where_the_chip_profile_and_the_probe_say(graph_mode):

@@ -311,7 +311,7 @@ def test_the_size_schedule_counts_optimizer_steps():
     """The trainer gives the multi-scale schedule calls (micro-batches) and an interval of
     interval x k calls: the size of call c is then the k=1 size of optimizer step c // k,
     so sizes change only between windows and follow the same sequence."""
-    from msdet.engine.training.multiscale import scheduled_size
+    from msdet.engine.training.schedule import scheduled_size
 
     k, interval = 4, 3
     for call in range(200):

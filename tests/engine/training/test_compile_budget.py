@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msdet.engine.training.graphs import GE_TRAIN_GRAPH_SECONDS, compile_budget, describe_budget
-from msdet.engine.training.multiscale import all_sizes
+from msdet.engine.training.schedule import all_sizes
 
 
 def test_yolox_defaults_on_the_910a_compile_eleven_training_graphs_through_ge():

@@ -11,19 +11,8 @@ import os
 
 import pytest
 
-from msdet.engine.runtime.process import check_loop
 from msdet.engine.training.jit_loop import CallbackParams
 from tests.support import run_python
-
-
-def test_loop_key_is_checked_with_the_mode():
-    assert check_loop("model", "graph") == "model"
-    assert check_loop("model", "pynative") == "model"
-    assert check_loop("jit", "graph") == "jit"
-    with pytest.raises(ValueError, match=r"runtime.loop must be one of \('model', 'jit'\)"):
-        check_loop("torch", "graph")
-    with pytest.raises(ValueError, match="runtime.mode=pynative .* runtime.loop=model only"):
-        check_loop("jit", "pynative")
 
 
 def test_callback_params_read_as_attributes_and_keys():
@@ -91,8 +80,9 @@ def endless(data):
     while True:
         yield from epochs
 
-def host_sink(step, data, size, jit_level):
-    batches, run = endless(data), ms.jit(step, jit_level=jit_level)
+def host_sink(step, data, size, backend):
+    batches, run = endless(data), ms.jit(step, jit_level=backend.jit_level,
+                                         backend=backend.backend)
     def sink():
         for _ in range(size):
             out = run(*next(batches))
@@ -151,23 +141,6 @@ def test_under_data_sinking_the_callbacks_see_one_step_per_sink():
     assert runs["jit-sink"]["w"] == runs["jit"]["w"]
     hooks = [e[0] for e in runs["jit-sink"]["log"]]
     assert hooks.count("on_train_epoch_begin") == hooks.count("on_train_step_begin") == 3
-
-
-def test_jit_loop_level_and_backend(monkeypatch):
-    from msdet.engine.runtime import mindspore_compat
-    from msdet.engine.runtime.ascend import chip_profile, jit_loop_level
-
-    assert jit_loop_level(None, None) == ("O0", "kernel by kernel")
-    assert jit_loop_level("O1", None) == ("O1", "kernel by kernel")
-    with pytest.raises(ValueError, match="runtime.jit_level=O2 .* runtime.loop=model"):
-        jit_loop_level("O2", None)
-    atlas = chip_profile("Ascend910A", True, False, None)  # Model.train's default there: GE
-    a2 = chip_profile("Ascend910B1", False, True, None)
-    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.9.0")
-    assert jit_loop_level(None, atlas) == ("O0", "kernel by kernel")
-    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.8.0")
-    assert jit_loop_level(None, atlas) == ("O0", "GE graph sink")
-    assert jit_loop_level(None, a2) == ("O0", "kernel by kernel")
 
 
 def test_ranks_agree_on_the_largest_bucket_any_rank_needs():

@@ -11,13 +11,8 @@ import pytest
 from mindspore import nn
 
 from msdet.engine.training import graphs
-from msdet.engine.training.multiscale import (
-    MultiScaleResize,
-    all_sizes,
-    scheduled_size,
-    sink_steps,
-    size_range,
-)
+from msdet.engine.training.multiscale import MultiScaleResize
+from msdet.engine.training.schedule import all_sizes, scheduled_size, sink_steps, size_range
 from tests.support import run_python
 from tests.support.multiscale import train_probe
 
@@ -178,31 +173,6 @@ def test_compile_cache_gets_each_size_its_own_graph(tmp_path):
         for seed in (3, 5)
     ]
     assert first_use[0] != first_use[1]
-
-
-def test_trainer_reads_and_checks_the_keys():
-    from omegaconf import OmegaConf
-
-    from msdet.engine.runtime.process import Runtime
-    from msdet.engine.training.schedule import multiscale_settings, sink_plan
-
-    assert multiscale_settings(
-        OmegaConf.create({"multiscale_range": 5, "multiscale_interval": 10})
-    ) == (5, 10)
-    with pytest.raises(ValueError, match="train.multiscale_interval"):
-        multiscale_settings(OmegaConf.create({"multiscale_range": 2, "multiscale_interval": 0}))
-    with pytest.raises(ValueError, match="train.multiscale_range"):
-        multiscale_settings(OmegaConf.create({"multiscale_range": -1, "multiscale_interval": 10}))
-    ascend = Runtime(device="Ascend", mode="graph", amp_level="O2", sink=True, sink_size=-1)
-    assert sink_plan(ascend, 1848, (5, 10)) == (2, 924)  # sinks stay in one size window
-    assert sink_plan(ascend, 1848, (0, 10)) == (1848, 1)  # off: one sink per epoch
-    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=True, sink_size=-1)
-    assert sink_plan(cpu, 1848, (5, 10)) == (1848, 1)  # no real sinking on CPU
-    jit = Runtime(device="Ascend", mode="pynative", amp_level="O2", sink=True, sink_size=-1,
-                  loop="jit")  # fmt: skip
-    assert sink_plan(jit, 1848, (0, 10)) == (1848, 1)
-    with pytest.raises(ValueError, match="runtime.sink=false or runtime.loop=model"):
-        sink_plan(jit, 1848, (5, 10))  # mindspore.data_sink's queue has one shape
 
 
 def test_with_target_buckets_each_size_has_a_graph_per_bucket(monkeypatch):

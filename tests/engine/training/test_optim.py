@@ -7,12 +7,8 @@ import numpy as np
 import pytest
 from mindspore import Parameter, nn
 
-from msdet.engine.training.optim import (
-    DecayInKernelSGD,
-    scaled_lr,
-    split_decay_params,
-    yolox_lr_schedule,
-)
+from msdet.engine.training.optim import DecayInKernelSGD, split_decay_params
+from msdet.engine.training.schedule import scaled_lr, yolox_lr_schedule
 from msdet.models.yolox import build_model, load_model_config
 from tests.support.torch_reference import require_yolox
 

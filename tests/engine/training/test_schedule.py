@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from msdet.data.pipeline import first_no_aug_epoch
+from msdet.data.config import first_no_aug_epoch
+from msdet.engine.training.plan import evaluation_epochs
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.evaluation import EvalCallback
@@ -66,7 +67,9 @@ def msdet_schedule(epochs: int, no_aug_epochs: int, eval_interval: int):
     switch = NoAugSwitch(st, loss, no_aug_epochs)
     evaluated = []
     ev = EvalCallback(
-        st, lambda e: evaluated.append(e) or {"mAP": 0.0}, eval_interval, no_aug_epochs
+        st,
+        lambda e: evaluated.append(e) or {"mAP": 0.0},
+        evaluation_epochs(epochs, eval_interval, no_aug_epochs),
     )
     first = first_no_aug_epoch(epochs, no_aug_epochs)
     rows = []

@@ -36,28 +36,27 @@ def test_kernel_by_kernel_an_aclnn_dispatched_primitive_is_an_aclnn_kernel():
     assert ge.verdict == "unverified"
 
 
-def test_the_chips_backends_are_msdets_and_a_configured_level_wins():
-    from msdet.engine.runtime.process import Runtime
+def test_the_chips_backends_are_msdets_and_a_configured_level_wins(monkeypatch):
+    """The check runs msdet's set-up against each chip stood in on this CPU and judges the
+    backend the run plan gives the loop's training graphs there."""
+    from omegaconf import OmegaConf
 
-    rt = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
-    a = graphs.chip_runtime(rt, "ascend910", "auto")
-    b = graphs.chip_runtime(rt, "ascend910b", "auto")
-    assert (a.jit_level, a.backend) == ("O2", "GE graph sink")
-    assert (b.jit_level, b.backend) == ("O0", "kernel by kernel")
-    forced = graphs.chip_runtime(rt, "ascend910", "auto", "O0")
-    assert (forced.jit_level, forced.backend) == ("O0", "kernel by kernel")
+    from tests.support import ROOT
+
+    monkeypatch.delenv("RANK_TABLE_FILE", raising=False)
+    runtime = OmegaConf.load(f"{ROOT}/configs/runtime/auto.yaml")
+    assert graphs.chip_runtime(runtime, "ascend910")[1].runs == "GE graph sink"
+    assert graphs.chip_runtime(runtime, "ascend910b")[1].runs == "kernel by kernel"
+    forced = OmegaConf.merge(runtime, {"jit_level": "O0"})
+    assert graphs.chip_runtime(forced, "ascend910")[1].describe() == "jit level O0, kernel by kernel"
+    # the jit loop names ms_backend: kernel by kernel on the 910A too
+    assert graphs.chip_runtime(runtime, "ascend910", "jit")[1].runs == "kernel by kernel"
 
 
 def test_the_jit_loop_is_judged_on_its_own_backend(monkeypatch, tmp_path, capsys):
-    """runtime.loop=jit: mindspore.jit compiles for MindSpore's own backend (kernel by kernel
-    on the 910A too, from MindSpore 2.9 on), so GE's adapters do not apply."""
-    from msdet.engine.runtime import mindspore_compat
-    from msdet.engine.runtime.process import Runtime
-
-    monkeypatch.setattr(mindspore_compat, "installed_version", lambda: "2.10.0")
-    rt = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
-    jit = graphs.chip_runtime(rt, "ascend910", "auto", None, "jit")
-    assert (jit.jit_level, jit.backend) == ("O0", "kernel by kernel")
+    """runtime.loop=jit: every mindspore.jit graph is given ms_backend, so on the 910A the
+    GE adapters do not apply: its aclnn kernels must be shown to run on the Atlas training
+    series (tools/chip_check/data/aclnn_support.json)."""
     monkeypatch.setattr(graphs, "graph_rows", lambda cfg, rt, chip, img=128, cards=1: list(ROWS))
     report = tmp_path / "report.json"
     chip_check.main(["--chips", "ascend910", "--no-values", "--json", str(report),
@@ -66,9 +65,27 @@ def test_the_jit_loop_is_judged_on_its_own_backend(monkeypatch, tmp_path, capsys
     assert result["loop"] == "jit"
     assert result["chips"]["ascend910"]["backend"] == "kernel by kernel"
     assert "runtime.loop=jit, jit level O0: kernel by kernel" in capsys.readouterr().out
-    # Divs has no GE adapter but an aclnn kernel: kernel by kernel it compiles.
-    verdicts = {f["prim"]: f["verdict"] for f in result["findings"]}
-    assert verdicts["Divs"] == "aclnn"
+    # Divs has no GE adapter but an aclnn kernel whose API's page lists the training series
+    found = {f["prim"]: f for f in result["findings"]}
+    assert found["Divs"]["verdict"] == "aclnn" and "doc:" in found["Divs"]["reason"]
+
+
+def test_an_aclnn_api_not_shown_to_run_on_the_910a_fails_there():
+    """Kernel by kernel on the 910A an aclnn verdict passes only with evidence; on the 910B
+    aclnn is what the chip is for."""
+    sign = Row("train", "Sign", ["float32"], [[2, 8]], 1)  # aclnnSign: the documents disagree
+    on_a = judge(sign, "ascend910", "allow_fp32_to_fp16", TABLES, MAPPING, backend="kbk")
+    assert on_a.verdict == "unverified" and on_a.verdict in FAILING
+    assert "aclnnSign is not shown to support the Atlas training series" in on_a.reason
+    assert "runtime.loop=model" in on_a.reason  # the way out: GE on the 910A
+    on_b = judge(sign, "ascend910b", "must_keep_origin_dtype", TABLES, MAPPING, backend="kbk")
+    assert on_b.verdict == "aclnn"
+    meshgrid = Row("train", "Meshgrid", ["float32"], [[8]], 1)  # a kernel naming no aclnn API
+    assert judge(meshgrid, "ascend910", "allow_fp32_to_fp16", TABLES, MAPPING,
+                 backend="kbk").verdict == "unverified"  # fmt: skip
+    sub = judge(ROWS[0], "ascend910", "allow_fp32_to_fp16", TABLES, MAPPING, backend="kbk")
+    assert sub.verdict == "aclnn" and "aclnnSub (doc:" in sub.reason
+    assert MAPPING["aclnn_support"]["aclnnSub"]["ascend910"] is True
 
 
 def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_path, capsys):

@@ -1,18 +1,20 @@
-"""The runtime the chip check builds each chip's graphs with: this CPU's set-up, made what
-msdet would set up on the chip (the graphs themselves: tests/tools/chip_check/test_main.py)."""
+"""The runtime the chip check builds each chip's graphs with: msdet's own set-up, run
+against the chip stood in on this CPU (the graphs themselves: tests/tools/chip_check/test_main.py)."""
 
 from __future__ import annotations
 
-from msdet.engine.runtime.process import Runtime
+from omegaconf import OmegaConf
+
 from msdet.ops.cpu_kernels import NATIVE
 from msdet.tools.chip_check.graphs import chip_runtime
+from tests.support import ROOT
 
-CPU = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
+RUNTIME = OmegaConf.load(f"{ROOT}/configs/runtime/auto.yaml")
 
 
 def test_each_chip_gets_its_own_profile_amp_and_no_cpu_kernel():
     seen = {
-        chip: chip_runtime(CPU, chip, "auto") for chip in ("ascend910", "ascend910b", "ascend310p")
+        chip: chip_runtime(RUNTIME, chip)[0] for chip in ("ascend910", "ascend910b", "ascend310p")
     }
     got = {
         chip: (rt.device, rt.chip, rt.amp_level, rt.float_status, rt.host_nms, rt.nms_max_boxes)
@@ -24,5 +26,8 @@ def test_each_chip_gets_its_own_profile_amp_and_no_cpu_kernel():
         "ascend310p": ("Ascend", "ascend310p", "O2", False, True, 2864),
     }
     assert all(rt.kernels == NATIVE for rt in seen.values())  # no msdet CPU kernel on a card
-    assert chip_runtime(CPU, "ascend910b", "O0").amp_level == "O0"
-    assert CPU.device == "CPU" and CPU.chip is None  # the CPU's own set-up is left as it was
+    o0 = OmegaConf.merge(RUNTIME, {"amp": "O0"})
+    assert chip_runtime(o0, "ascend910b")[0].amp_level == "O0"
+    import mindspore as ms
+
+    assert ms.get_context("device_target") == "CPU"  # the process's own set-up is left as it was

@@ -47,7 +47,7 @@ def test_callbacks_run_in_phase_order_whatever_order_they_are_listed_in(tmp_path
     st.reset_epoch(1)
     summary = EpochSummary(st)
     results = ResultsCallback(st, str(tmp_path))
-    evaluation = EvalCallback(st, lambda epoch: {"mAP": 0.25, "mAP50": 0.5}, interval=1)
+    evaluation = EvalCallback(st, lambda epoch: {"mAP": 0.25, "mAP50": 0.5}, range(1, 99))
     stop = EarlyStopping(st, patience=1)
     listed = [results, stop, summary, evaluation]  # writers after their readers
     run = ordered(listed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from msdet.engine.training.callbacks.evaluation import EvalCallback
+from msdet.engine.training.plan import evaluation_epochs
 from tests.support.training import RunContext, train_state
 
 
@@ -15,7 +16,7 @@ def test_eval_runs_every_interval_and_after_the_last_epoch_and_tracks_the_best()
         evaluated.append(epoch)
         return {"mAP": next(maps), "mAP50": 0.5}
 
-    ev = EvalCallback(st, evaluate, interval=2)
+    ev = EvalCallback(st, evaluate, evaluation_epochs(st.epochs, 2, 0))
     best = []
     for epoch in range(1, 6):
         st.reset_epoch(epoch)
