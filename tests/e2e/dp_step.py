@@ -23,8 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.support.training import training_loop  # noqa: E402
 from tests.support.dp_step import INITIAL_FILE, LR, RESULT_FILE, STEPS, network, rank_batch  # noqa: E402
+from tests.support.training import training_loop  # noqa: E402
 
 
 def main(run: Run) -> None:

@@ -206,7 +206,10 @@ def _aclnn_on_chip(entry: dict, support: dict) -> tuple[str, str]:
                 "or train there with runtime.loop=model (GE)"
             )
         if known[ACLNN_CHIP] is False:
-            return "none", f"kernel by kernel on {ACLNN_CHIP}: {api} excludes it ({known['source']})"
+            return (
+                "none",
+                f"kernel by kernel on {ACLNN_CHIP}: {api} excludes it ({known['source']})",
+            )
         shown.append(f"{api} ({known['evidence']}: {known['source'][:160]})")
     return "aclnn", f"kernel by kernel on {ACLNN_CHIP}: " + "; ".join(shown)
 
@@ -262,7 +265,9 @@ def _judge(row, chip, precision_mode, tables, mapping, largest, guarded, backend
             "type: only a card shows it (the self-test)"
         )
         if chip == ACLNN_CHIP:
-            finding.verdict, finding.reason = _aclnn_on_chip(entry, mapping.get("aclnn_support", {}))
+            finding.verdict, finding.reason = _aclnn_on_chip(
+                entry, mapping.get("aclnn_support", {})
+            )
         if entry.get("cann_op") or entry.get("ge_fallback_expands_to"):
             ge = _judge(row, chip, precision_mode, tables, mapping, largest, guarded)
             finding.notes.append(f"as a GE operator ({ge.cann_op}): {ge.verdict}, {ge.reason}")

@@ -186,8 +186,6 @@ def test_precision_mode_auto_leaves_mindspores_default_and_explicit_values_win(c
         ascend.check_precision_mode("fp16_please")
 
 
-
-
 @pytest.mark.slow
 def test_device_nms_is_checked_against_the_host_before_msdet_relies_on_it(monkeypatch):
     """On this CPU the device NMS (NMSWithMask) equals the host's: no problem. A device NMS

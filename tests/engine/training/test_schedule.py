@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from msdet.data.config import first_no_aug_epoch
-from msdet.engine.training.plan import evaluation_epochs
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
 from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.callbacks.evaluation import EvalCallback
+from msdet.engine.training.plan import evaluation_epochs
 from tests.support.torch_reference import require_yolox
 
 

@@ -48,7 +48,9 @@ def test_the_chips_backends_are_msdets_and_a_configured_level_wins(monkeypatch):
     assert graphs.chip_runtime(runtime, "ascend910")[1].runs == "GE graph sink"
     assert graphs.chip_runtime(runtime, "ascend910b")[1].runs == "kernel by kernel"
     forced = OmegaConf.merge(runtime, {"jit_level": "O0"})
-    assert graphs.chip_runtime(forced, "ascend910")[1].describe() == "jit level O0, kernel by kernel"
+    assert (
+        graphs.chip_runtime(forced, "ascend910")[1].describe() == "jit level O0, kernel by kernel"
+    )
     # the jit loop names ms_backend: kernel by kernel on the 910A too
     assert graphs.chip_runtime(runtime, "ascend910", "jit")[1].runs == "kernel by kernel"
 
