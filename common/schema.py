@@ -227,7 +227,7 @@ SCHEMA: dict[str, Spec] = {
     "data.seed": INT_COUNT,
     "data.classes": Spec("strs"),
     "data.min_object_size": Spec("int", low=1),
-    "data.cache_dir": Spec("str"),
+    "data.cache_dir": Spec("str", null=True),  # null: msdet's cache root (common/cache.py)
     "data.root": PATH_OR_NULL,
     "data.train.ann_file": Spec("str", null=True),  # null: found in data.root
     "data.train.img_dir": Spec("str", null=True),  # null: found in data.root

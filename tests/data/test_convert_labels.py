@@ -67,7 +67,7 @@ def test_yolo_round_trip(yolo_dir):
         ("0 0.5 0.5 0.2", "labels/a.txt:2: expected 'class cx cy w h', got 4 values"),
         ("3 0.5 0.5 0.2 0.2", "labels/a.txt:2: class 3 outside 0..2"),
         ("0 0.5 x 0.2 0.2", "labels/a.txt:2: not numbers"),
-        ("0 0.1 0.1 0.2 0.2 0.3 0.3", "polygon labels are not supported"),
+        ("0 0.5 0.5 0.2 0.2 0.9", "labels/a.txt:2: expected 'class cx cy w h', got 6 values"),
         ("0 0.5 0.5 -0.2 0.2", "labels/a.txt:2: invalid box"),
         # Pixel coordinates (the example became a box at [348, 454] of size 0 x 0).
         ("0 200 150 40 30", "labels/a.txt:2: box 200 150 40 30 is outside 0..1.*look like pixels"),

@@ -12,7 +12,8 @@ import pytest
 
 from msdet.common.config import load_config
 from msdet.data.build import build_sources, build_val_source, dataset_classes
-from msdet.data.folders import DatasetFolderError, find_layout, labels_folder
+from msdet.data.convert_labels import ultralytics_label_path
+from msdet.data.folders import DatasetFolderError, find_layout
 
 
 def write_image(path, h: int, w: int) -> None:
@@ -88,7 +89,9 @@ def test_a_coco_folder_is_read_with_one_argument(tmp_path):
 
 def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
     (tmp_path / "photos").mkdir()
-    with pytest.raises(DatasetFolderError, match="a YOLO data.yaml, COCO json files"):
+    with pytest.raises(
+        DatasetFolderError, match="a YOLO data.yaml, obj.data .*COCO json files .*VOC .*labelme"
+    ):
         find_layout(str(tmp_path / "photos"), str(tmp_path))
     (tmp_path / "yolo" / "images").mkdir(parents=True)
     (tmp_path / "yolo" / "labels").mkdir()
@@ -97,10 +100,10 @@ def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
 
 
 def test_labels_are_where_ultralytics_puts_them():
-    assert labels_folder("/d/images/train") == "/d/labels/train"
-    assert labels_folder("/images/d/images") == "/images/d/labels"
-    with pytest.raises(DatasetFolderError, match="has no 'images'"):
-        labels_folder("/d/pictures/train")
+    assert ultralytics_label_path("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
+    assert ultralytics_label_path("/images/d/images/a.b.png") == "/images/d/labels/a.b.txt"
+    # No images folder in the path: beside the image (CVAT's and Darknet's layout).
+    assert ultralytics_label_path("/d/pictures/train/a.jpg") == "/d/pictures/train/a.txt"
 
 
 def test_a_split_whose_first_image_is_missing_is_still_found(tmp_path):
