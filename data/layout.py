@@ -133,7 +133,7 @@ def held_out_note(what: str, val: int, total: int, how: str) -> str:
     """The note on a val split msdet made (:mod:`msdet.data.splits`): how many images, how
     they were chosen, and ``how`` to give one instead."""
     return (
-        f"no val split in {what}: {val} of {total} images are held out for validation (1 in "
+        f"no val split in {what}: {val} of its {total} images held out for validation (1 in "
         f"{VAL_EVERY}, chosen by a hash of each file name: the same ones at every run); to "
         f"choose them yourself, {how}"
     )

@@ -78,7 +78,7 @@ def read_yolo_yaml(yaml_file: str, cache_dir: str, splits: Sequence[str]) -> Fol
     layout = FolderLayout(kind="yolo", tool=f"{tool} ({os.path.basename(yaml_file)})")
     layout.notes += notes
     _convert(layout, root, lists, classes, cache_dir, splits, ultralytics_label_path,
-             f"{yaml_file} (add val: with the images to validate on)")  # fmt: skip
+             f"add val: to {os.path.basename(yaml_file)} (an image folder or a .txt list)")  # fmt: skip
     return layout
 
 
@@ -252,7 +252,8 @@ def read_darknet(obj_data: str, cache_dir: str, splits: Sequence[str]) -> Folder
     layout = FolderLayout(kind="yolo", tool="a Darknet YOLO export (obj.data: CVAT's YOLO 1.1)")
     layout.notes += notes
     _convert(layout, root, lists, dict(enumerate(names)), cache_dir, splits, _beside,
-             f"{obj_data} (a 'valid = valid.txt' subset: CVAT exports a task's Validation subset so)")  # fmt: skip
+             "give the CVAT task a Validation subset before exporting (obj.data then has a "
+             "'valid' list)")  # fmt: skip
     return layout
 
 
@@ -287,7 +288,8 @@ def read_yolo_folders(root: str, cache_dir: str, splits: Sequence[str]) -> Folde
     tool = "a Label Studio YOLO export" if where.endswith("notes.json") else "YOLO folders"
     layout = FolderLayout(kind="yolo", tool=f"{tool} (images/, labels/, class names in {where})")
     _convert(layout, root, lists, classes, cache_dir, splits, ultralytics_label_path,
-             f"{images} (images/train and images/val, labels/train and labels/val)")  # fmt: skip
+             "move them to images/val and labels/val, the others to images/train and "
+             "labels/train")  # fmt: skip
     return layout
 
 
@@ -330,7 +332,7 @@ def _convert(
     missing) into the cache, filling ``layout``."""
     if "val" not in lists:
         train, val = _hold_out(lists["train"], root)
-        layout.notes.append(held_out_note(root, len(val), len(lists["train"]), f"see {how}"))
+        layout.notes.append(held_out_note(root, len(val), len(lists["train"]), how))
         lists = {**lists, "train": train, "val": val}
     folder = cache_folder(cache_dir, root)
     names = [f"{k}:{v}" for k, v in sorted(classes.items())]
