@@ -41,6 +41,7 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
+from msdet.common.logs import printable
 from msdet.data.build import MAX_MISSING_FRACTION, check_has_boxes, split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.image_io import ImageReadError, read_image
@@ -517,9 +518,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overrides", nargs="*", help="settings, e.g. data=path/to/dataset data.img_size=[640,640]"
     )
     args = parser.parse_args(argv)
-    # File names that are not valid UTF-8 print with their bytes escaped, not a traceback.
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         cfg = load_config("tool", list(args.overrides))
     except ValueError as err:
@@ -547,14 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"data.check: error: {err}", file=sys.stderr)
         return 2
-    print(format_report(checks, img_size, size_from, notes))
+    print(printable(format_report(checks, img_size, size_from, notes)))
     try:
         paths = write_report(checks, cfg.data, img_size, out, notes)
     except OSError as err:
         print(f"data.check: error: cannot write the report into {out} ({err.strerror or err}): "
               "choose another folder with --out DIR (or run.dir=DIR)", file=sys.stderr)  # fmt: skip
         return 2
-    print(f"wrote {paths['report']} and {paths['labels']}")
+    print(printable(f"wrote {paths['report']} and {paths['labels']}"))
     return 1 if any(c.errors for c in checks) else 0
 
 

@@ -26,8 +26,19 @@ class CheckpointError(ValueError):
     """A checkpoint file cannot be read or does not fit the model."""
 
 
+# Files export.py writes (and the Ascend toolchain makes of them): models for inference.
+EXPORTED = {".mindir": "MINDIR", ".onnx": "ONNX", ".om": "OM", ".air": "AIR"}
+
+
 def read_checkpoint(path: str) -> dict[str, ms.Parameter]:
     """Load a ``.ckpt`` file into a name -> Parameter dict, or raise a clear error."""
+    kind = EXPORTED.get(os.path.splitext(path)[1].lower())
+    if kind:
+        raise CheckpointError(
+            f"{path} is an exported {kind} model, for inference (eval.py and predict.py take "
+            "it), not a checkpoint to train from: pass the .ckpt it was exported from (export.py "
+            "writes the file beside it)"
+        )
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     if os.path.getsize(path) == 0:

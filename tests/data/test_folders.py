@@ -12,7 +12,6 @@ import pytest
 
 from msdet.common.config import load_config
 from msdet.data.build import build_sources, build_val_source, dataset_classes
-from msdet.data.convert_labels import ultralytics_label_path
 from msdet.data.folders import DatasetFolderError, find_layout
 
 
@@ -100,6 +99,8 @@ def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
 
 
 def test_labels_are_where_ultralytics_puts_them():
+    from msdet.data.convert_labels import ultralytics_label_path
+
     assert ultralytics_label_path("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
     assert ultralytics_label_path("/images/d/images/a.b.png") == "/images/d/labels/a.b.txt"
     # No images folder in the path: beside the image (CVAT's and Darknet's layout).
@@ -225,3 +226,23 @@ def test_windows_paths_are_named_as_such(tmp_path):
         find_layout(str(root), str(tmp_path / "cache"))
     with pytest.raises(ConfigError, match=r"data=D:\\data is a Windows path"):
         load_config("train", ["data=D:\\data"])
+
+
+def test_a_file_name_that_is_not_utf8_is_read_checked_and_loaded(tmp_path):
+    """Issue: data.check and training stopped on such a name without naming the file."""
+    from msdet.data.check import check_dataset
+
+    root = yolo_set(tmp_path / "set", "names: [a]", ["0 0.5 0.5 0.5 0.5", "0 0.5 0.5 0.2 0.2"])
+    for folder, suffix in (("images", ".jpg"), ("labels", ".txt")):
+        where = os.fsencode(root / folder / "train")
+        os.rename(where + b"/1" + suffix.encode(), where + b"/caf\xe9" + suffix.encode())
+    cfg = load_config("train", [f"data={root}", f"data.cache_dir={tmp_path / 'cache'}"])
+    train, _ = build_sources(cfg.data)
+    names = sorted(train.image_info(i)["file_name"] for i in range(len(train)))
+    assert names == ["0.jpg", os.fsdecode(b"caf\xe9.jpg")]
+    position = [train.image_info(i)["file_name"] for i in range(len(train))].index(names[1])
+    img, boxes, labels = train.load(position)
+    np.testing.assert_allclose(boxes, [[32, 24, 48, 36]], atol=1e-3)
+    assert img.shape == (60, 80, 3)
+    checks = check_dataset(cfg.data, workers=1)
+    assert [c.errors for c in checks] == [[], []] and checks[0].counts["images"] == 2
