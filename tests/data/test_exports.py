@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,9 +75,9 @@ def test_a_set_without_val_says_how_many_were_held_out_and_how_to_choose(tmp_pat
     assert f"{n_val} of its {n_train + n_val} images held out for validation (1 in 5" in note
     assert "Validation subset" in note
     again = find_layout(str(tmp_path / "cvat"), str(tmp_path / "cache2"))
-    assert [json.loads(open(again.splits[s][0]).read())["images"] for s in ("train", "val")] == [
-        json.loads(open(layout.splits[s][0]).read())["images"] for s in ("train", "val")
-    ]
+    for split in ("train", "val"):  # a new cache, the same images held out
+        first, second = (Path(x.splits[split][0]).read_text() for x in (layout, again))
+        assert json.loads(first)["images"] == json.loads(second)["images"]
 
 
 def test_roboflows_grouping_category_and_annotation_id_zero_are_said(tmp_path):
