@@ -45,7 +45,7 @@ from msdet.common.logs import printable
 from msdet.data.build import MAX_MISSING_FRACTION, check_has_boxes, split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.image_io import ImageReadError, read_image
-from msdet.data.labels_plot import plot_labels
+from msdet.data.labels_plot import LABELS_FILE, plot_labels
 from msdet.data.summary import (
     SMALL_OBJECT_PX,
     STRIDES,
@@ -62,7 +62,6 @@ from msdet.data.summary import (
 OUTSIDE_TOLERANCE = 1.0
 MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
-LABELS_FILE = "labels.png"
 DEFAULT_OUT = "runs/data_check"
 MISSING = "missing"  # what the decoder reports for a file that is not there
 

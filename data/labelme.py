@@ -34,7 +34,7 @@ from msdet.data.splits import hold_out
 BOX_SHAPES = ("rectangle", "polygon", "oriented_rectangle", "mask", "circle")
 # What labelme's own --labels files hold besides the classes (its examples start with them).
 NOT_CLASSES = ("__ignore__", "_background_")
-LABELS_FILE = "labels.txt"
+CLASS_LIST_FILE = "labels.txt"
 NOT_BOXES_KEY = "labelme_shapes_left_out"  # in the converted json's info: {shape type: count}
 
 
@@ -63,7 +63,7 @@ def labelme_files(folder: str) -> list[str]:
 def labelme_class_names(files: Sequence[str], folder: str) -> tuple[list[str], str]:
     """(class names, where they came from): ``folder/labels.txt`` when present, else the
     labels of ``files`` sorted."""
-    listed = os.path.join(folder, LABELS_FILE)
+    listed = os.path.join(folder, CLASS_LIST_FILE)
     if os.path.isfile(listed):
         with open(listed, encoding="utf-8") as f:
             names = [n.strip() for n in f if n.strip() and n.strip() not in NOT_CLASSES]

@@ -5,8 +5,9 @@
 Accepts the release format ``{"model": state_dict, ...}`` and a bare state_dict. Names map
 1:1 except BatchNorm (weight/bias/running_mean/running_var -> gamma/beta/moving_mean/
 moving_variance; num_batches_tracked dropped). Any unmatched or mis-shaped key stops the
-conversion by name; no partial checkpoint is written. PyTorch is not needed: the .pth
-file is read by :mod:`models.torch_pickle`, which refuses a file that would run code.
+conversion by name; no partial checkpoint is written, and an existing ``--dst`` is
+replaced only with ``--force``. PyTorch is not needed: the .pth file is read by
+:mod:`models.torch_pickle`, which refuses a file that would run code.
 """
 
 from __future__ import annotations
@@ -250,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--img-size", type=int, help="the input size to describe (default: the original's)"
     )
+    parser.add_argument("--force", action="store_true", help="replace an existing --dst")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if os.path.exists(args.dst) and not args.force:
+        print(f"--dst {args.dst} exists: pass --force to replace it", file=sys.stderr)
+        return 1
     try:
         n = convert_file(
             args.src, args.dst, args.model, args.num_classes, args.class_names, args.img_size
