@@ -14,14 +14,14 @@ def is_windows_path(text: str) -> bool:
     return bool(_DRIVE.match(text)) or text.startswith("\\\\")
 
 
-def windows_path_hint(text: str, setting: str) -> str:
-    """What to do about ``text`` given as ``setting`` when it is a Windows path ("" when it
-    is not one)."""
+def windows_path_hint(text: str, setting: str = "") -> str:
+    """What to do about ``text`` (given as ``setting``, when named) when it is a Windows
+    path; "" when it is not one."""
     if not is_windows_path(str(text)):
         return ""
     return (
-        f"{setting}={text} is a Windows path, which does not exist on this machine: give the "
-        "folder's path here (under WSL, C:\\data is /mnt/c/data)"
+        f"{f'{setting}={text}' if setting else text} is a Windows path, which does not exist "
+        "on this machine: give its path here (under WSL, C:\\data is /mnt/c/data)"
     )
 
 

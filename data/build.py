@@ -90,7 +90,7 @@ def split_paths(
     if skipped is not None:
         skipped.update(layout.skipped)
     if notes is not None:
-        notes.extend(layout.notes)
+        notes.extend([f"{root} as {layout.tool or layout.kind}", *layout.notes])
     paths = {}
     for split, (ann, img) in given.items():
         found_ann, found_img = layout.splits[split]

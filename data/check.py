@@ -494,11 +494,10 @@ def training_input(cfg: Any) -> tuple[tuple[int, int], str]:
     """The input size training letterboxes to (``train.input_size``) and where it comes
     from, in words."""
     h, w = (int(v) for v in cfg.train.input_size)
-    scale = float(cfg.train.img_scale)
-    if scale == 1:
-        return (h, w), "data.img_size, the training input"
     dh, dw = (int(v) for v in cfg.data.img_size)
-    return (h, w), f"the training input: data.img_size {dh}x{dw} x train.img_scale {scale:g}"
+    if (h, w) == (dh, dw):
+        return (h, w), "data.img_size, the training input"
+    return (h, w), f"the training input: data.img_size {dh}x{dw} x train.img_scale"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -516,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "overrides", nargs="*", help="settings, e.g. data=path/to/dataset data.img_size=[640,640]"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options before, between or after settings
     try:
         cfg = load_config("tool", list(args.overrides))
     except ValueError as err:

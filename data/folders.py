@@ -15,7 +15,7 @@ Recognised (docs/datasets.md has one section per layout):
 A folder that holds two of these (a COCO json beside YOLO labels) is an error naming both
 and the file that picks one (``data=FOLDER/data.yaml``, ``data=FOLDER/<the json>``): msdet
 does not guess which one is current. ``data=`` may name that file itself: a yaml, a COCO
-json or an ``obj.data``. A set without a val split gets one held out of train, 1 image in
+json, an ``obj.data``, or the ``classes.txt`` (``notes.json``) of ``images/`` and ``labels/``. A set without a val split gets one held out of train, 1 image in
 5 by a hash of its name (:mod:`msdet.data.splits`), and says so.
 
 Converted splits go to ``<data.cache_dir>/folders/`` and are converted again only when an
@@ -41,6 +41,7 @@ __all__ = ["DatasetFolderError", "FolderLayout", "find_layout"]
 SPLITS = ("train", "val")
 YAML_NAMES = ("data.yaml", "dataset.yaml")
 DARKNET_FILE = "obj.data"
+CLASS_FILES = ("notes.json", "classes.txt")  # of images/ and labels/ (Label Studio's first)
 # labelme files looked at to recognise a labelme folder (the first few of the folder).
 LABELME_PROBE = 5
 
@@ -96,7 +97,8 @@ def candidates(folder: str) -> list[Candidate]:
         found.append(Candidate("YOLO", _rel(darknet, folder), darknet,
                                lambda cache, splits: read_darknet(darknet, cache, splits)))  # fmt: skip
     elif all(os.path.isdir(os.path.join(folder, d)) for d in ("images", "labels")):
-        found.append(Candidate("YOLO", "images/, labels/", folder,
+        names = _first_file(folder, CLASS_FILES) or folder
+        found.append(Candidate("YOLO", "images/, labels/", names,
                                lambda cache, splits: read_yolo_folders(folder, cache, splits)))  # fmt: skip
     split_files, unsplit = coco_files(folder)
     coco = [*split_files.values(), *unsplit]
@@ -125,6 +127,8 @@ def _from_file(path: str, cache: str, splits: tuple[str, ...]) -> FolderLayout:
         return read_yolo_yaml(path, cache, splits)
     if name == DARKNET_FILE:
         return read_darknet(path, cache, splits)
+    if name in CLASS_FILES:
+        return read_yolo_folders(os.path.dirname(path), cache, splits)
     if name.endswith(".json"):
         folder = os.path.dirname(path)
         if os.path.basename(folder) == "annotations" or name == "_annotations.coco.json":
@@ -135,8 +139,9 @@ def _from_file(path: str, cache: str, splits: tuple[str, ...]) -> FolderLayout:
         layout = FolderLayout(kind="coco", tool=tool_of([path]))
         return read_single_coco(folder, path, cache, splits, layout)
     raise DatasetFolderError(
-        f"data={path}: a file given as data= must be a YOLO data.yaml, a COCO json or an "
-        "obj.data; give the dataset's folder otherwise"
+        f"data={path}: a file given as data= must be a YOLO data.yaml, a COCO json, an "
+        "obj.data or the classes.txt beside images/ and labels/; give the dataset's folder "
+        "otherwise"
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 
+from msdet.common.paths import windows_path_hint
 from msdet.models.description import Description, DescriptionError, contradictions, read_description
 from msdet.models.yolox import YOLOX, build_model
 from msdet.ops.cpu_kernels import NATIVE, CpuKernels
@@ -40,7 +41,8 @@ def read_checkpoint(path: str) -> dict[str, ms.Parameter]:
             "writes the file beside it)"
         )
     if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
+        hint = windows_path_hint(path)
+        raise CheckpointError(f"checkpoint not found: {path}" + (f" ({hint})" if hint else ""))
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"checkpoint is empty (0 bytes): {path}")
     try:

@@ -372,6 +372,6 @@ def test_check_measures_boxes_on_the_input_training_uses():
     cfg = load_config("tool", ["data=coco", "data.img_size=[640,640]"])
     assert training_input(cfg) == (
         (512, 512),
-        "the training input: data.img_size 640x640 x train.img_scale 0.8",
+        "the training input: data.img_size 640x640 x train.img_scale",
     )
     assert training_input(load_config("tool", ["train=yolox"]))[0] == (320, 320)

@@ -63,7 +63,7 @@ def test_each_export_is_found_read_where_the_tool_drew_and_checked(name, tmp_pat
     assert all(
         c.problems[k].count == 0 for c in checks for k in ("missing_image", "bad_label_file")
     )
-    assert notes == layout.notes
+    assert notes == [f"{root} as {layout.tool}", *layout.notes]
     report = format_report(checks, (64, 64), notes=notes)
     assert all(f"read: {note}" in report for note in notes)
 
