@@ -105,21 +105,21 @@ def read_coco_folder(
     """The layout of ``folder`` whose COCO files are ``files`` and ``unsplit``
     (:func:`coco_files`)."""
     layout = FolderLayout(kind="coco", tool=tool_of([*files.values(), *unsplit]))
-    if "train" not in files and len(unsplit) > 1:
-        raise DatasetFolderError(
-            f"data={folder}: {len(unsplit)} COCO json files and none named for a split ("
-            + ", ".join(os.path.relpath(f, folder) for f in unsplit[:4])
-            + "): name them with train and val, or pass one: data=FILE"
-        )
-    if "train" not in files and unsplit:
-        return read_single_coco(folder, unsplit[0], cache_dir, splits, layout)
-    if "val" in files and "train" not in files:
-        raise DatasetFolderError(
-            f"data={folder}: no COCO json for train (found {os.path.relpath(files['val'], folder)}"
-            "; the files are told apart by 'train' and 'val' in their names)"
-        )
-    if "val" not in files and "val" in splits:
-        return read_single_coco(folder, files["train"], cache_dir, splits, layout)
+    if not all(s in files for s in splits):  # a split to make, or to find in one file
+        if "train" not in files and len(unsplit) > 1:
+            raise DatasetFolderError(
+                f"data={folder}: {len(unsplit)} COCO json files and none named for a split ("
+                + ", ".join(os.path.relpath(f, folder) for f in unsplit[:4])
+                + "): name them with train and val, or pass one: data=FILE"
+            )
+        whole = files.get("train") or (unsplit[0] if unsplit else None)
+        if whole is None:
+            raise DatasetFolderError(
+                f"data={folder}: no COCO json for train (found "
+                f"{os.path.relpath(files['val'], folder)}; the files are told apart by 'train' "
+                "and 'val' in their names)"
+            )
+        return read_single_coco(folder, whole, cache_dir, splits, layout)
     test = [f for f in glob.glob(os.path.join(folder, "*", ROBOFLOW_FILE)) if "test" in f.lower()]
     if test:
         layout.notes.append(f"{os.path.relpath(test[0], folder)}: a test split, not used")

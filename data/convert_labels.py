@@ -6,8 +6,9 @@
 An existing ``--out`` is replaced only with ``--force``.
 
 YOLO: one ``labels/<image stem>.txt`` per image with lines ``class cx cy w h`` normalised
-to 0..1 (an image without a label file has no objects); ``--classes`` lists one class
-name per line, line k being class k, which becomes category id k + 1. ``file_name`` is
+to 0..1, or polygons ``class x1 y1 x2 y2 ...`` (their bounding boxes; an image without a
+label file has no objects); ``--classes`` lists one class name per line, line k being class
+k, which becomes category id k + 1. ``file_name`` is
 the image path relative to ``--images`` (use that folder as ``img_dir``).
 
 VOC: ``VOC_DIR/ImageSets/Main/<split>.txt``, ``Annotations/<id>.xml`` and the images in

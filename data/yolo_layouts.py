@@ -72,7 +72,7 @@ def read_yolo_yaml(yaml_file: str, cache_dir: str, splits: Sequence[str]) -> Fol
     for key in ("train", "val"):
         if spec.get(key):
             lists[key] = _yaml_images(spec[key], root, yaml_file, key, notes)
-    if "train" not in lists:
+    if "train" not in lists and ("train" in splits or "val" not in lists):
         raise DatasetFolderError(f"{yaml_file}: 'train' must name the training images")
     tool = "a Roboflow YOLO export" if "roboflow" in spec else "an Ultralytics data.yaml"
     layout = FolderLayout(kind="yolo", tool=f"{tool} ({os.path.basename(yaml_file)})")
@@ -247,7 +247,7 @@ def read_darknet(obj_data: str, cache_dir: str, splits: Sequence[str]) -> Folder
             raise DatasetFolderError(f"{obj_data}: {key} = {value}: no file {list_file}")
         with open(list_file, encoding="utf-8") as f:
             lists[split] = [_darknet_path(entry.strip(), root) for entry in f if entry.strip()]
-    if "train" not in lists:
+    if "train" not in lists and ("train" in splits or "val" not in lists):
         raise DatasetFolderError(f"{obj_data}: no 'train = <list of images>' line")
     layout = FolderLayout(kind="yolo", tool="a Darknet YOLO export (obj.data: CVAT's YOLO 1.1)")
     layout.notes += notes
@@ -330,7 +330,7 @@ def _convert(
 ) -> None:
     """Convert each of ``splits`` (its images in ``lists``; val held out of train when
     missing) into the cache, filling ``layout``."""
-    if "val" not in lists:
+    if "val" not in lists:  # the callers made sure there is a train split then
         train, val = _hold_out(lists["train"], root)
         layout.notes.append(held_out_note(root, len(val), len(lists["train"]), how))
         lists = {**lists, "train": train, "val": val}

@@ -102,3 +102,14 @@ def test_a_folder_with_two_layouts_names_both_and_the_file_that_chooses(tmp_path
     assert f"data={yaml_file} or data={json_file}" in text
     assert find_layout(str(yaml_file), str(tmp_path / "cache")).kind == "yolo"
     assert find_layout(str(json_file), str(tmp_path / "cache")).kind == "coco"
+
+
+def test_eval_reads_a_val_split_alone(tmp_path):
+    """eval.py asks for val only: a folder whose only json is the val one still serves it."""
+    root = LAYOUTS["roboflow_coco"][0](tmp_path / "rf")
+    shutil.rmtree(root / "train")
+    layout = find_layout(str(root), str(tmp_path / "cache"), ("val",))
+    assert list(layout.splits) == ["val"]
+    assert layout.splits["val"][0] == str(root / "valid" / "_annotations.coco.json")
+    with pytest.raises(DatasetFolderError, match=r"no COCO json for train \(found valid/"):
+        find_layout(str(root), str(tmp_path / "cache"))
