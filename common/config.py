@@ -13,8 +13,9 @@ type them. Around Hydra's composition this module decides, before any work start
   error naming the key, the value and what it takes;
 - paths and globs (``source``, ``ckpt``, ``data.root``, ...) are taken as typed, so
   ``source=photos/[ab]*.jpg`` needs no Hydra quoting;
-- ``data=path/to/dataset`` (a folder or a YOLO ``data.yaml``) is a dataset given by its
-  folder: :func:`dataset_folder`;
+- ``data=path/to/dataset`` (a folder, or the file that picks its layout: a YOLO
+  ``data.yaml``, a COCO json, an ``obj.data``) is a dataset given by its folder:
+  :func:`dataset_folder`;
 - the input sizes, once (:func:`resolve_sizes`): ``eval.img_size`` (null: ``data.img_size``)
   and the training input ``train.input_size`` (``data.img_size`` x ``train.img_scale``,
   :func:`scaled_size`), which the trainer, the data pipeline, resume and the run's records
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from msdet.common.paths import is_windows_path, windows_path_hint
 from msdet.common.schema import SCHEMA, SIZE_STRIDE, ConfigError
 
 # The repository (or installed package) root and its YAML config groups.
@@ -290,7 +292,7 @@ def parse_overrides(overrides: Iterable[str]) -> list[Override]:
 
 
 def dataset_folder(parsed: list[Override]) -> list[Override]:
-    """``data=PATH`` (a folder or a YOLO ``data.yaml``, not one of ``configs/data/``): the
+    """``data=PATH`` (a folder or a file of it, not one of ``configs/data/``): the
     ``coco`` group with ``data.root=PATH``, ``data.name`` the folder's name and the split
     paths null, to be found in the folder (``msdet.data.folders``). Overrides typed after
     it (``data.img_size=...``, a split path) still apply."""
@@ -303,8 +305,11 @@ def dataset_folder(parsed: list[Override]) -> list[Override]:
             continue
         root = os.path.abspath(raw)
         name = os.path.basename(root.rstrip(os.sep))
-        if name.endswith((".yaml", ".yml")):
-            name = os.path.basename(os.path.dirname(root))
+        if os.path.isfile(root):  # a file that picks the folder's layout: named for the folder
+            folder = os.path.dirname(root)
+            if os.path.basename(folder) in ("annotations", "train", "valid", "val"):
+                folder = os.path.dirname(folder)
+            name = os.path.basename(folder)
         out.append(Override("data", "coco", "data=coco"))
         out += [Override(k, v, f"{k}={v}", verbatim=True)
                 for k, v in (("data.root", root), ("data.name", name))]  # fmt: skip
@@ -387,7 +392,9 @@ def _check_group_option(o: Override) -> None:
     if isinstance(o.value, str) and o.value in options:
         return
     raw = o.text.partition("=")[2]
-    if o.key == "data" and ("/" in raw or os.sep in raw or "." in raw):
+    if o.key == "data" and is_windows_path(raw):
+        raise ConfigError(windows_path_hint(raw, "data"))
+    if o.key == "data" and ("/" in raw or os.sep in raw or "." in raw or "\\" in raw):
         raise ConfigError(_no_such_path(raw, options))
     close = difflib.get_close_matches(str(o.value), options, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(close)}? " if close else ""

@@ -31,13 +31,26 @@ def is_msdet(name: str) -> bool:
     return any(name == n or name.startswith(n + ".") for n in MSDET_LOGGERS)
 
 
+def printable(text: str) -> str:
+    """``text`` with the bytes of a file name that is not valid UTF-8 (held by Python as
+    surrogates) written as ``\\udcXX``: a stream that takes UTF-8 would refuse the line."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class FileFormatter(logging.Formatter):
+    """The log file's lines (:data:`FILE_FORMAT`), made :func:`printable`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 class ConsoleFormatter(logging.Formatter):
     """msdet's lines as they are; ``warning:`` / ``error:`` before the others; lines longer
     than :data:`CONSOLE_WIDTH` wrapped at spaces, the rest indented (errors excepted: one
     line a script can grep; a word longer than the width, a path, is never cut)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = printable(super().format(record))
         if record.levelno >= logging.ERROR:
             return text if text.startswith("error:") else f"error: {text}"
         if record.levelno >= logging.WARNING:
@@ -108,7 +121,7 @@ def speak_through_msdet(logger: logging.Logger) -> None:
 def add_log_file(path: str) -> logging.Handler:
     """Every record from now on also goes to ``path`` (appended), with time and logger."""
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    handler.setFormatter(FileFormatter(FILE_FORMAT))
     handler.setLevel(logging.DEBUG)
     handler.msdet = True
     logging.getLogger().addHandler(handler)

@@ -10,7 +10,6 @@ out of range stops a command before it does any work, never in the middle of a r
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +188,13 @@ _WORDS = {
 }
 
 
+def _plain_folder_name(value: str) -> str | None:
+    """run.name is one folder under runs/<command>/: '..' would be runs/ itself."""
+    if value and value not in (".", "..") and "/" not in value and "\\" not in value:
+        return None
+    return "a plain folder name (not '.' or '..', no '/'); run.dir=PATH names any folder"
+
+
 def _ascending(values: list) -> str | None:
     return None if values == sorted(set(values)) else "ascending without repeats"
 
@@ -227,7 +233,7 @@ SCHEMA: dict[str, Spec] = {
     "data.seed": INT_COUNT,
     "data.classes": Spec("strs"),
     "data.min_object_size": Spec("int", low=1),
-    "data.cache_dir": Spec("str"),
+    "data.cache_dir": Spec("str", null=True),  # null: msdet's cache root (common/cache.py)
     "data.root": PATH_OR_NULL,
     "data.train.ann_file": Spec("str", null=True),  # null: found in data.root
     "data.train.img_dir": Spec("str", null=True),  # null: found in data.root
@@ -328,7 +334,7 @@ SCHEMA: dict[str, Spec] = {
     "export.out": PATH_OR_NULL,
     "export.val": Spec("bool"),
     "run.dir": PATH_OR_NULL,
-    "run.name": Spec("str", null=True, check=lambda v: None if v and os.sep not in v else "a name"),
+    "run.name": Spec("str", null=True, check=_plain_folder_name),
     "run.root": Spec("str"),
     "ckpt": PATH_OR_NULL,
     "source": Spec("any", null=True),

@@ -7,6 +7,8 @@ import logging
 import os
 from typing import Any
 
+from msdet.common.cache import cache_error, dataset_cache_dir, make_cache_folder
+from msdet.common.paths import windows_path_hint
 from msdet.data.coco import MIN_BOX_SIDE, CocoSource
 from msdet.data.folders import find_layout
 from msdet.data.image_io import ImageReadError, read_image
@@ -30,26 +32,36 @@ def dataset_root(data_cfg: Any) -> str:
         classes = tuple(data_cfg.classes or ()) or None
         min_size = int(data_cfg.min_object_size)
         root = data_cfg.root or shapes_root(
-            str(data_cfg.cache_dir),
+            dataset_cache_dir(data_cfg.cache_dir),
             int(data_cfg.seed),
             int(data_cfg.num_train),
             int(data_cfg.num_val),
             classes,
             min_size,
         )
-        return ensure_shapes_dataset(
-            root,
-            int(data_cfg.num_train),
-            int(data_cfg.num_val),
-            int(data_cfg.seed),
-            classes,
-            min_size,
-        )
+        setting = "data.root" if data_cfg.root else "data.cache_dir"
+        make_cache_folder(os.path.dirname(os.path.abspath(root)), setting)
+        try:
+            return ensure_shapes_dataset(
+                root,
+                int(data_cfg.num_train),
+                int(data_cfg.num_val),
+                int(data_cfg.seed),
+                classes,
+                min_size,
+            )
+        except FileExistsError:
+            raise  # a folder of that name that is not a generated set: its message says so
+        except OSError as err:
+            raise cache_error(root, err, setting) from err
     if not data_cfg.root:
         raise ValueError(f"data.root must be set for dataset {data_cfg.name!r}")
     root = os.path.abspath(str(data_cfg.root))
-    if not os.path.isdir(root) and not (os.path.isfile(root) and root.endswith((".yaml", ".yml"))):
-        raise FileNotFoundError(f"dataset root not found: {root} (data.root)")
+    if not os.path.exists(root):
+        hint = windows_path_hint(str(data_cfg.root), "data.root")
+        raise FileNotFoundError(
+            f"dataset root not found: {root} (data.root)" + (f": {hint}" if hint else "")
+        )
     return root
 
 
@@ -57,14 +69,16 @@ def split_paths(
     data_cfg: Any,
     splits: tuple[str, ...] = ("train", "val"),
     skipped: dict[str, list[str]] | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """split -> (annotation file, image folder), absolute.
 
     The dataset is found (and the shapes set generated) by :func:`dataset_root`; each
     split is ``data.<split>.{ann_file,img_dir}`` relative to it. Paths left null (a dataset
     given as ``data=path/to/folder``) are found in the folder (:mod:`msdet.data.folders`:
-    COCO json files, or YOLO labels converted once). ``skipped``, when given, receives per
-    split the YOLO files its conversion left out, each with its problem."""
+    the layouts of the labelling tools, converted to COCO once where they are not COCO).
+    ``skipped``, when given, receives per split the files its conversion left out, each
+    with its problem; ``notes`` what was done to read the folder (the log has them too)."""
     root = dataset_root(data_cfg)
     given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
     if all(ann is not None and img is not None for ann, img in given.values()):
@@ -72,9 +86,11 @@ def split_paths(
             s: (os.path.join(root, str(a)), os.path.join(root, str(i)))
             for s, (a, i) in given.items()
         }
-    layout = find_layout(root, str(data_cfg.cache_dir), splits)
+    layout = find_layout(root, data_cfg.cache_dir, splits)
     if skipped is not None:
         skipped.update(layout.skipped)
+    if notes is not None:
+        notes.extend([f"{root} as {layout.tool or layout.kind}", *layout.notes])
     paths = {}
     for split, (ann, img) in given.items():
         found_ann, found_img = layout.splits[split]
@@ -83,11 +99,13 @@ def split_paths(
             os.path.join(root, str(img)) if img is not None else found_img,
         )
     log.info(
-        "data=%s: %s dataset, %s",
+        "data=%s: %s, %s",
         root,
-        layout.kind.upper(),
+        layout.tool or layout.kind,
         "; ".join(f"{s} {a} with images in {i}" for s, (a, i) in paths.items()),
     )
+    for note in layout.notes:
+        log.info("data=%s: %s", root, note)
     return paths
 
 
@@ -114,6 +132,8 @@ def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
             "checkpoints would carry one split's names and evaluation report the other's; "
             "give both files the same categories"
         )
+    for note in train.notes:
+        log.info("%s: %s", train.ann_file, note)
     check_images_present(train, "data.train.img_dir")
     check_images_present(val, "data.val.img_dir")
     check_has_boxes(train)

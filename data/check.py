@@ -1,15 +1,18 @@
-"""Check a COCO-format dataset before training on it.
+"""Check a dataset before training on it.
 
     python -m msdet.data.check data=path/to/dataset [--out DIR] [--splits train val]
 
 Trailing arguments are settings (``key=value``) of ``configs/config.yaml`` (``data=...``,
-``data.root=...``, ``data.img_size=...``), checked as for training. Every image is decoded; the
-report lists missing and unreadable images, bad YOLO label files, boxes outside the image or of zero area, unknown category
-ids, malformed annotations, duplicate file names, images without boxes,
-classes without boxes, the boxes per class, and box sizes on the network input (the
-letterbox to ``data.img_size``) against the strides 8, 16, 32. It is printed and written
-as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) into ``--out``
-(default ``runs/data_check``, beside the run folders).
+``data.root=...``, ``data.img_size=...``, ``train.img_scale=...``), checked as for training.
+Every image is decoded; the report says how a dataset folder was read (its layout, the
+class ids it used, a val split it held out), then lists missing and unreadable images, bad
+label files, boxes outside the image or of zero area, unknown category ids, malformed
+annotations, duplicate file names, images without boxes, classes without boxes, the boxes
+per class, and box sizes on the input training uses (the letterbox to ``train.input_size``:
+``data.img_size`` x ``train.img_scale``) against the strides 8, 16, 32. It is printed and
+written as ``data_check.json`` with ``labels.png`` (classes, box centres, box sizes) into
+``--out`` (default ``run.dir``, else ``runs/data_check``, beside the run folders), whose
+writability is checked before anything else.
 
 Only what training cannot get past is an error (a missing or unreadable annotation file,
 no images, no categories, broken image or category entries, duplicate image ids, two
@@ -38,10 +41,11 @@ import numpy as np
 
 from msdet.common.config import load_config
 from msdet.common.host import available_cores
+from msdet.common.logs import printable
 from msdet.data.build import MAX_MISSING_FRACTION, check_has_boxes, split_paths
 from msdet.data.coco import CocoSource, _annotation_problem, _check_top_level, repeated_names
 from msdet.data.image_io import ImageReadError, read_image
-from msdet.data.labels_plot import plot_labels
+from msdet.data.labels_plot import LABELS_FILE, plot_labels
 from msdet.data.summary import (
     SMALL_OBJECT_PX,
     STRIDES,
@@ -58,7 +62,6 @@ from msdet.data.summary import (
 OUTSIDE_TOLERANCE = 1.0
 MAX_EXAMPLES = 10  # items listed per problem
 REPORT_FILE = "data_check.json"
-LABELS_FILE = "labels.png"
 DEFAULT_OUT = "runs/data_check"
 MISSING = "missing"  # what the decoder reports for a file that is not there
 
@@ -217,6 +220,7 @@ class SplitCheck:
     class_names: list[str]
     category_ids: list[int]
     boxes: TrainingBoxes = field(repr=False)
+    notes: list[str] = field(default_factory=list)  # how the split was read (CocoSource)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data: paths, counts, boxes per class, box sizes, problems and errors."""
@@ -232,6 +236,7 @@ class SplitCheck:
                 if p.count
             },
             "errors": self.errors,
+            "notes": self.notes,
         }
 
 
@@ -270,6 +275,8 @@ def check_split(
         source = CocoSource(root, ann_file, img_dir, unique_names=False)
     finally:
         coco_log.setLevel(level)
+    # The file names as training reads them (Windows separators read as /).
+    files = [{**img, "file_name": source.coco.imgs[img["id"]]["file_name"]} for img in files]
     boxes = training_boxes(source, img_size)
     classes = class_counts(source, boxes)
     for i in boxes.images_without_boxes:
@@ -322,6 +329,7 @@ def check_split(
         class_names=list(source.class_names),
         category_ids=list(source.category_ids),
         boxes=boxes,
+        notes=list(source.notes),
     )
 
 
@@ -330,17 +338,23 @@ def check_dataset(
     splits: Sequence[str] = ("train", "val"),
     workers: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    img_size: Sequence[int] | None = None,
+    notes: list[str] | None = None,
 ) -> list[SplitCheck]:
-    """Check the ``splits`` of the ``data`` config group (``data.root``, ``data.img_size``,
-    ``data.<split>.ann_file``/``img_dir``; the shapes set is generated if missing).
+    """Check the ``splits`` of the ``data`` config group (``data.root``,
+    ``data.<split>.ann_file``/``img_dir``; the shapes set is generated if missing), box
+    sizes on an ``img_size`` ``(h, w)`` input (None: ``data.img_size``; the command gives
+    training's, ``train.input_size``). ``notes`` receives what was done to read a dataset
+    folder (:func:`msdet.data.build.split_paths`).
 
     The smaller val split is read first, so that its structural errors surface before a
     long decode of train. Train and val with different categories is an error in the
     first split's report (training refuses them).
     """
     skipped: dict[str, list[str]] = {}
-    paths = split_paths(data_cfg, tuple(splits), skipped)
-    img_size = (int(data_cfg.img_size[0]), int(data_cfg.img_size[1]))  # checked by the config
+    paths = split_paths(data_cfg, tuple(splits), skipped, notes)
+    size = data_cfg.img_size if img_size is None else img_size
+    img_size = (int(size[0]), int(size[1]))  # checked by the config
     order = sorted(splits, key=lambda s: s != "val")
     checks = {}
     for split in order:
@@ -373,14 +387,21 @@ def check_dataset(
     return result
 
 
-def format_report(checks: Sequence[SplitCheck], img_size: Sequence[int]) -> str:
-    """The report as text: per split its counts, boxes per class, box sizes, problems;
-    then the number of warnings and errors."""
+def format_report(
+    checks: Sequence[SplitCheck],
+    img_size: Sequence[int],
+    size_from: str = "data.img_size",
+    notes: Sequence[str] = (),
+) -> str:
+    """The report as text: the input size (``size_from``: where it comes from), how the
+    dataset was read (``notes``), per split its counts, boxes per class, box sizes,
+    problems; then the number of warnings and errors."""
     h, w = (int(v) for v in img_size)
     lines = [
-        f"input {h}x{w} (data.img_size), strides {', '.join(map(str, STRIDES))}; box sizes "
+        f"input {h}x{w} ({size_from}), strides {', '.join(map(str, STRIDES))}; box sizes "
         "after the letterbox to it (training's scale augmentation varies them further)"
     ]
+    lines += [f"read: {note}" for note in notes]
     for c in checks:
         n = c.counts
         lines.append(f"{c.split}: {c.ann_file}, images in {c.img_dir}")
@@ -405,6 +426,7 @@ def format_report(checks: Sequence[SplitCheck], img_size: Sequence[int]) -> str:
             lines.append(
                 "    " + "  ".join(f"{name} px: {k}" for name, k in s["histogram"].items())
             )
+        lines.extend(f"  read: {note}" for note in c.notes)
         found = [(key, p) for key, p in c.problems.items() if p.count]
         for key, p in found:
             lines.append(f"  warning: {key}: {p.count} - {PROBLEMS[key]}")
@@ -421,7 +443,11 @@ def format_report(checks: Sequence[SplitCheck], img_size: Sequence[int]) -> str:
 
 
 def write_report(
-    checks: Sequence[SplitCheck], data_cfg: Any, img_size: Sequence[int], out_dir: str
+    checks: Sequence[SplitCheck],
+    data_cfg: Any,
+    img_size: Sequence[int],
+    out_dir: str,
+    notes: Sequence[str] = (),
 ) -> dict[str, str]:
     """Write ``data_check.json`` and ``labels.png`` (of the first split) into ``out_dir``;
     returns their paths."""
@@ -429,6 +455,7 @@ def write_report(
     report = {
         "dataset": str(data_cfg.name),
         "img_size": [int(v) for v in img_size],
+        "read": list(notes),
         "strides": list(STRIDES),
         "small_object_px": SMALL_OBJECT_PX,
         "splits": {c.split: c.to_json() for c in checks},
@@ -445,11 +472,42 @@ def write_report(
     return paths
 
 
+def output_folder(out: str | None, run_cfg: Any) -> str:
+    """Where the report goes: ``--out``, else ``run.dir``, else ``<run.root>/data_check``."""
+    return os.path.abspath(out or run_cfg.dir or os.path.join(str(run_cfg.root), "data_check"))
+
+
+def unwritable(folder: str) -> str | None:
+    """Why ``folder`` cannot be created and written (nothing is created to find out), or
+    None when it can."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def training_input(cfg: Any) -> tuple[tuple[int, int], str]:
+    """The input size training letterboxes to (``train.input_size``) and where it comes
+    from, in words."""
+    h, w = (int(v) for v in cfg.train.input_size)
+    dh, dw = (int(v) for v in cfg.data.img_size)
+    if (h, w) == (dh, dw):
+        return (h, w), "data.img_size, the training input"
+    return (h, w), f"the training input: data.img_size {dh}x{dw} x train.img_scale"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Check the dataset, print the report, write it to ``--out``. Returns the exit status:
-    0 (warnings at most), 1 (an error in the report), 2 (the dataset cannot be read)."""
+    0 (warnings at most), 1 (an error in the report), 2 (the dataset cannot be read, or
+    the report cannot be written: said before the check starts)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument(
+        "--out", default=None, help=f"output folder (default: run.dir, else {DEFAULT_OUT})"
+    )
     parser.add_argument("--splits", nargs="+", default=["train", "val"], choices=["train", "val"])
     parser.add_argument(
         "--workers", type=int, default=None, help="decoding threads (default: cores)"
@@ -457,24 +515,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "overrides", nargs="*", help="settings, e.g. data=path/to/dataset data.img_size=[640,640]"
     )
-    args = parser.parse_args(argv)
-
-    cfg = load_config("tool", list(args.overrides))
+    args = parser.parse_intermixed_args(argv)  # options before, between or after settings
+    try:
+        cfg = load_config("tool", list(args.overrides))
+    except ValueError as err:
+        print(f"data.check: error: {err}", file=sys.stderr)
+        return 2
+    out = output_folder(args.out, cfg.run)
+    problem = unwritable(out)
+    if problem:
+        print(
+            f"data.check: error: the report cannot be written into {out} ({problem}): choose "
+            "a writable folder with --out DIR (or run.dir=DIR)",
+            file=sys.stderr,
+        )
+        return 2
 
     def progress(split: str, done: int, total: int) -> None:
         step = max(1, total // 10)
         if total >= 1000 and (done % step == 0 or done == total):
             print(f"{split}: decoded {done}/{total} images", file=sys.stderr, flush=True)
 
-    img_size = (int(cfg.data.img_size[0]), int(cfg.data.img_size[1]))
+    img_size, size_from = training_input(cfg)
+    notes: list[str] = []
     try:
-        checks = check_dataset(cfg.data, args.splits, args.workers, progress)
+        checks = check_dataset(cfg.data, args.splits, args.workers, progress, img_size, notes)
     except (OSError, ValueError) as err:
         print(f"data.check: error: {err}", file=sys.stderr)
         return 2
-    print(format_report(checks, img_size))
-    paths = write_report(checks, cfg.data, img_size, args.out)
-    print(f"wrote {paths['report']} and {paths['labels']}")
+    print(printable(format_report(checks, img_size, size_from, notes)))
+    try:
+        paths = write_report(checks, cfg.data, img_size, out, notes)
+    except OSError as err:
+        print(f"data.check: error: cannot write the report into {out} ({err.strerror or err}): "
+              "choose another folder with --out DIR (or run.dir=DIR)", file=sys.stderr)  # fmt: skip
+        return 2
+    print(printable(f"wrote {paths['report']} and {paths['labels']}"))
     return 1 if any(c.errors for c in checks) else 0
 
 

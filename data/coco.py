@@ -61,6 +61,12 @@ class CocoSource:
         dataset["annotations"], self.skipped_annotations = _drop_malformed_annotations(
             dataset, self.ann_file
         )
+        # What was read differently from the file, each said in a line: data.check prints them.
+        self.notes: list[str] = [
+            *_drop_grouping_categories(dataset),
+            *_renumber_annotation_zero(dataset),
+            *_local_file_names(dataset, self.img_dir),
+        ]
 
         self.coco = COCO()
         self.coco.dataset = dataset
@@ -245,6 +251,61 @@ def _check_unique_ids(dataset: dict, ann_file: str) -> None:
                 "one box twice and lose the other): give every annotation its own id"
             )
         ann_ids.add(ann_id)
+
+
+def _drop_grouping_categories(dataset: dict) -> list[str]:
+    """Leave out a category that only groups the others: the supercategory of another
+    category, itself under none, without a box. Roboflow's COCO exports put the dataset's
+    name there as category 0; as a class it would have no box to learn and its own output."""
+    used = {ann["category_id"] for ann in dataset["annotations"]}
+    parents = {
+        str(c.get("supercategory"))
+        for c in dataset["categories"]
+        if c.get("supercategory") not in (None, "", "none", c.get("name"))
+    }
+    grouping = [
+        c
+        for c in dataset["categories"]
+        if str(c["name"]) in parents
+        and c.get("supercategory") in (None, "", "none")
+        and c["id"] not in used
+    ]
+    if not grouping or len(grouping) == len(dataset["categories"]):
+        return []
+    dataset["categories"] = [c for c in dataset["categories"] if c not in grouping]
+    return [
+        f"category {c['id']} {c['name']!r} groups the others (their supercategory) and has no "
+        "box: it is not a class"
+        for c in grouping
+    ]
+
+
+def _renumber_annotation_zero(dataset: dict) -> list[str]:
+    """Number annotations from 1 when one has id 0 (Roboflow's and Label Studio's start
+    there): pycocotools' evaluation records a match by the annotation's id and takes id 0
+    for no match, so a detection of that box would count as a false positive."""
+    annotations = dataset["annotations"]
+    if not any(ann["id"] == 0 for ann in annotations):
+        return []
+    for k, ann in enumerate(annotations, start=1):
+        ann["id"] = k
+    return [
+        "annotation ids start at 0: numbered from 1 for evaluation (pycocotools reads 0 as no match)"
+    ]
+
+
+def _local_file_names(dataset: dict, img_dir: str) -> list[str]:
+    """Read ``file_name`` values written on Windows (``images\\x.jpg``) with ``/`` when
+    only that name is a file here."""
+    changed = 0
+    for img in dataset["images"]:
+        name = img["file_name"]
+        if "\\" in name and not os.path.isfile(os.path.join(img_dir, name)):
+            local = name.replace("\\", "/")
+            if os.path.isfile(os.path.join(img_dir, local)):
+                img["file_name"] = local
+                changed += 1
+    return [f"{changed} file names written with \\ (on Windows) read with /"] if changed else []
 
 
 def repeated_names(categories: list[dict]) -> str | None:

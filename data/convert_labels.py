@@ -3,9 +3,12 @@
     python -m msdet.data.convert_labels yolo --images DIR --labels DIR --classes FILE --out ann.json
     python -m msdet.data.convert_labels voc --root VOC_DIR --split trainval --out ann.json
 
+An existing ``--out`` is replaced only with ``--force``.
+
 YOLO: one ``labels/<image stem>.txt`` per image with lines ``class cx cy w h`` normalised
-to 0..1 (an image without a label file has no objects); ``--classes`` lists one class
-name per line, line k being class k, which becomes category id k + 1. ``file_name`` is
+to 0..1, or polygons ``class x1 y1 x2 y2 ...`` (their bounding boxes; an image without a
+label file has no objects); ``--classes`` lists one class name per line, line k being class
+k, which becomes category id k + 1. ``file_name`` is
 the image path relative to ``--images`` (use that folder as ``img_dir``).
 
 VOC: ``VOC_DIR/ImageSets/Main/<split>.txt``, ``Annotations/<id>.xml`` and the images in
@@ -13,7 +16,7 @@ VOC: ``VOC_DIR/ImageSets/Main/<split>.txt``, ``Annotations/<id>.xml`` and the im
 COCO boxes are 0-based ``[x, y, w, h]``: ``x = xmin - 1``, ``w = xmax - xmin + 1``.
 Objects marked ``difficult`` become ``iscrowd: 1``: ignored in training and, as in VOC's
 own metric, in evaluation. Categories are the 20 VOC classes (ids 1..20) unless
-``--classes`` gives other names.
+``--classes`` gives other names; an object of another class is an error naming it.
 
 Malformed input stops the conversion with an error naming every bad file (and line);
 training, converting a YOLO folder itself, leaves such an image out with a warning instead
@@ -27,7 +30,7 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from msdet.common.progress import progress
 from msdet.data.image_io import ImageReadError, read_image
@@ -58,64 +61,118 @@ def read_class_names(path: str) -> list[str]:
     return names
 
 
-def coco_categories(names: Sequence[str]) -> list[dict]:
-    """COCO categories with ids 1..K in the order of ``names``."""
-    return [{"id": k + 1, "name": name, "supercategory": "object"} for k, name in enumerate(names)]
+ClassMap = Mapping[int, str]  # a label file's class id -> its name
+
+
+def as_class_map(class_names: Sequence[str] | ClassMap) -> dict[int, str]:
+    """``{class id: name}``: a list's positions (line k of a class list is class k), or a
+    mapping as given (data.yaml's ``names: {0: a, 2: c}``: its keys are the ids)."""
+    if isinstance(class_names, Mapping):
+        return {int(k): str(v) for k, v in class_names.items()}
+    return {k: str(name) for k, name in enumerate(class_names)}
+
+
+def coco_categories(class_names: Sequence[str] | ClassMap) -> list[dict]:
+    """COCO categories: class id k becomes category id k + 1, in the order of the ids."""
+    classes = as_class_map(class_names)
+    return [
+        {"id": k + 1, "name": name, "supercategory": "object"}
+        for k, name in sorted(classes.items())
+    ]
 
 
 def yolo_to_coco(
     images_dir: str,
     labels_dir: str,
-    class_names: Sequence[str],
+    class_names: Sequence[str] | ClassMap,
     skipped: list[str] | None = None,
 ) -> dict:
-    """A COCO dataset dict from YOLO labels; image sizes are read from the images.
-
-    An image that cannot be read, or whose label file has a bad line, cannot be converted:
-    without ``skipped`` that is a :class:`ConversionError` listing every such file (each
-    bad line of it); with ``skipped`` (a list) the image is left out and its problem
-    appended there, as Ultralytics skips a corrupt label, and only a folder with nothing
-    convertible is an error."""
+    """A COCO dataset dict from the YOLO labels of the images under ``images_dir``, each
+    ``labels_dir/<its relative path>.txt``; see :func:`yolo_files_to_coco`."""
     if not os.path.isdir(images_dir):
         raise ConversionError(f"image folder not found: {images_dir}")
     if not os.path.isdir(labels_dir):
         raise ConversionError(f"label folder not found: {labels_dir}")
-    images, annotations, problems = [], [], []
-    files = _image_files(images_dir)
-    for rel in progress(files, len(files), "reading images", "img"):
-        label_path = os.path.join(labels_dir, os.path.splitext(rel)[0] + ".txt")
+    files = [os.path.join(images_dir, rel) for rel in _image_files(images_dir)]
+    if not files:
+        raise ConversionError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {images_dir}")
+
+    def label_of(image: str) -> str:
+        rel = os.path.relpath(image, images_dir)
+        return os.path.join(labels_dir, os.path.splitext(rel)[0] + ".txt")
+
+    return yolo_files_to_coco(files, images_dir, class_names, skipped, label_of)
+
+
+def ultralytics_label_path(image: str) -> str:
+    """Ultralytics' rule: the label of ``.../images/.../x.jpg`` is ``.../labels/.../x.txt``
+    (the last ``images`` folder of the path); an image with no ``images`` folder in its
+    path has its label beside it (CVAT's and Darknet's layout)."""
+    parts = image.split(os.sep)
+    folders = parts[:-1]
+    if "images" in folders:
+        at = len(folders) - 1 - folders[::-1].index("images")
+        parts[at] = "labels"
+    return os.path.splitext(os.sep.join(parts))[0] + ".txt"
+
+
+def yolo_files_to_coco(
+    images: Sequence[str],
+    root: str,
+    class_names: Sequence[str] | ClassMap,
+    skipped: list[str] | None = None,
+    label_of: Callable[[str], str] = ultralytics_label_path,
+) -> dict:
+    """A COCO dataset dict from YOLO labels: one image per path of ``images`` (absolute),
+    its ``file_name`` relative to ``root``, its label file ``label_of(image)`` (none: no
+    objects); image sizes are read from the images. ``class_names``: a list (line k is
+    class k) or ``{class id: name}`` (ids as the label files write them); class k becomes
+    category k + 1. A polygon line (``class x1 y1 x2 y2 ...``, Ultralytics' segment labels)
+    gives its bounding box, as Ultralytics trains detection on them.
+
+    An image that cannot be read, or whose label file has a bad line, cannot be converted:
+    without ``skipped`` that is a :class:`ConversionError` listing every such file (each
+    bad line of it); with ``skipped`` (a list) the image is left out and its problem
+    appended there, as Ultralytics skips a corrupt label, and only a set with nothing
+    convertible is an error."""
+    classes = as_class_map(class_names)
+    out, annotations, problems = [], [], []
+    for path in progress(images, len(images), "reading images", "img"):
+        label_path = label_of(path)
         try:
-            height, width = read_image(os.path.join(images_dir, rel)).shape[:2]
+            height, width = read_image(path).shape[:2]
             objects = []
             if os.path.isfile(label_path):
-                objects = _read_yolo_labels(label_path, len(class_names), width, height)
+                objects = _read_yolo_labels(label_path, classes, width, height)
         except (ImageReadError, ConversionError) as err:
             problems.append(str(err))
             continue
-        image_id = len(images) + 1
-        images.append({"id": image_id, "file_name": rel, "height": height, "width": width})
+        image_id = len(out) + 1
+        rel = os.path.relpath(path, root)
+        out.append({"id": image_id, "file_name": rel, "height": height, "width": width})
         for category_id, bbox in objects:
             annotations.append(_annotation(len(annotations) + 1, image_id, category_id, bbox))
-    if not files:
-        raise ConversionError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {images_dir}")
-    if problems and (skipped is None or not images):
+    if not images:
+        raise ConversionError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {root}")
+    if problems and (skipped is None or not out):
         counted = (
-            f"none of the {len(files)} images can"
-            if not images
-            else f"{len(problems)} of {len(files)} images cannot"
+            f"none of the {len(images)} images can"
+            if not out
+            else f"{len(problems)} of {len(images)} images cannot"
         )
         raise ConversionError(
-            f"{counted} be converted ({images_dir}, labels in {labels_dir}): "
+            f"{counted} be converted ({root}): "
             + "; ".join(problems[:MAX_LISTED])
             + (f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
         )
     if skipped is not None:
         skipped.extend(problems)
-    return {
-        "images": images,
-        "annotations": annotations,
-        "categories": coco_categories(class_names),
-    }
+    return {"images": out, "annotations": annotations, "categories": coco_categories(classes)}
+
+
+def image_files(folder: str) -> list[str]:
+    """The image files under ``folder`` (recursively), absolute, sorted."""
+    return [os.path.join(folder, rel) for rel in _image_files(folder)]
 
 
 def _image_files(images_dir: str) -> list[str]:
@@ -134,7 +191,7 @@ MAX_LISTED = 10
 
 
 def _read_yolo_labels(
-    path: str, num_classes: int, width: int, height: int
+    path: str, classes: ClassMap, width: int, height: int
 ) -> list[tuple[int, list[float]]]:
     """(category id, COCO bbox in pixels) per line of a YOLO label file; a
     :class:`ConversionError` naming every bad line (``path:line: why``) otherwise."""
@@ -144,7 +201,7 @@ def _read_yolo_labels(
             if not line.split():
                 continue
             try:
-                objects.append(_yolo_object(line, num_classes, width, height))
+                objects.append(_yolo_object(line, classes, width, height))
             except ValueError as err:
                 bad.append(f"{path}:{line_no}: {err}")
     if bad:
@@ -155,26 +212,37 @@ def _read_yolo_labels(
     return objects
 
 
-def _yolo_object(line: str, num_classes: int, width: int, height: int) -> tuple[int, list[float]]:
-    """One label line as (category id, COCO bbox in pixels); ``ValueError`` saying why not."""
+def _yolo_object(line: str, classes: ClassMap, width: int, height: int) -> tuple[int, list[float]]:
+    """One label line as (category id, COCO bbox in pixels); ``ValueError`` saying why not.
+    ``class cx cy w h``, or a polygon ``class x1 y1 x2 y2 x3 y3 ...`` (its bounding box)."""
     fields = line.split()
-    if len(fields) != 5:
-        kind = " (polygon labels are not supported)" if len(fields) > 5 else ""
-        raise ValueError(f"expected 'class cx cy w h', got {len(fields)} values{kind}")
+    polygon = len(fields) >= 7 and len(fields) % 2 == 1
+    if len(fields) != 5 and not polygon:
+        raise ValueError(
+            f"expected 'class cx cy w h', got {len(fields)} values (a polygon is 'class x1 y1 "
+            "x2 y2 x3 y3 ...')"
+        )
     try:
         cls = int(fields[0])
-        cx, cy, w, h = (float(v) for v in fields[1:])
+        values = [float(v) for v in fields[1:]]
     except ValueError:
         raise ValueError(f"not numbers: {line.strip()!r}") from None
-    if not 0 <= cls < num_classes:
-        raise ValueError(f"class {cls} outside 0..{num_classes - 1}")
-    if not all(math.isfinite(v) for v in (cx, cy, w, h)) or w < 0 or h < 0:
+    if cls not in classes:
+        raise ValueError(_unknown_class(cls, classes))
+    if not all(math.isfinite(v) for v in values) or (not polygon and min(values[2:]) < 0):
         raise ValueError(f"invalid box {fields[1:]}")
-    if not all(-FRACTION_SLACK <= v <= 1 + FRACTION_SLACK for v in (cx, cy, w, h)):
+    if not all(-FRACTION_SLACK <= v <= 1 + FRACTION_SLACK for v in values):
         raise ValueError(
-            f"box {' '.join(fields[1:])} is outside 0..1: YOLO labels give the centre and size "
-            "as fractions of the image's width and height (these look like pixels)"
+            f"{'polygon' if polygon else 'box'} {' '.join(fields[1:])} is outside 0..1: YOLO "
+            "labels give positions and sizes as fractions of the image's width and height "
+            "(these look like pixels)"
         )
+    if polygon:
+        xs, ys = values[0::2], values[1::2]
+        cx, cy = (min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2
+        w, h = max(xs) - min(xs), max(ys) - min(ys)
+    else:
+        cx, cy, w, h = values
     x1 = min(max((cx - w / 2) * width, 0.0), width)
     y1 = min(max((cy - h / 2) * height, 0.0), height)
     x2 = min(max((cx + w / 2) * width, 0.0), width)
@@ -182,24 +250,71 @@ def _yolo_object(line: str, num_classes: int, width: int, height: int) -> tuple[
     return cls + 1, [x1, y1, x2 - x1, y2 - y1]
 
 
-def voc_to_coco(voc_root: str, split: str, class_names: Sequence[str] = VOC_CLASSES) -> dict:
-    """A COCO dataset dict from a VOC-layout folder (``file_name`` relative to JPEGImages)."""
+def _unknown_class(cls: int, classes: ClassMap) -> str:
+    ids = sorted(classes)
+    if ids == list(range(len(ids))):
+        return f"class {cls} outside 0..{len(ids) - 1}"
+    return f"class {cls} is not one of the class ids {', '.join(map(str, ids))}"
+
+
+def voc_split_ids(voc_root: str, split: str) -> list[str]:
+    """The image ids of ``VOC_ROOT/ImageSets/Main/<split>.txt`` (the first word of a line)."""
     split_file = os.path.join(voc_root, "ImageSets", "Main", f"{split}.txt")
     if not os.path.isfile(split_file):
         raise ConversionError(f"split file not found: {split_file}")
     with open(split_file, encoding="utf-8") as f:
-        ids = [line.split()[0] for line in f if line.strip()]
+        return [line.split()[0] for line in f if line.strip()]
+
+
+def voc_to_coco(voc_root: str, split: str, class_names: Sequence[str] = VOC_CLASSES) -> dict:
+    """A COCO dataset dict from a VOC-layout folder (``file_name`` relative to JPEGImages)."""
+    return voc_files_to_coco(voc_root, voc_split_ids(voc_root, split), class_names)
+
+
+def voc_files_to_coco(
+    voc_root: str,
+    ids: Sequence[str],
+    class_names: Sequence[str],
+    skipped: list[str] | None = None,
+    desc: str = "reading VOC annotations",
+) -> dict:
+    """A COCO dataset dict from ``Annotations/<id>.xml`` of ``ids``, ``class_names`` in
+    category order (ids 1..K). Objects of another class are an error naming them, their
+    count and ``--classes``; an unreadable xml file is too, unless ``skipped`` (a list)
+    takes it: its image is then left out."""
     category_of = {name: k + 1 for k, name in enumerate(class_names)}
-    images, annotations = [], []
-    for voc_id in progress(ids, len(ids), f"reading {split}", "img"):
+    images, annotations, unknown = [], [], {}
+    for voc_id in progress(ids, len(ids), desc, "img"):
         xml_path = os.path.join(voc_root, "Annotations", f"{voc_id}.xml")
-        image, objects = _read_voc_xml(xml_path, voc_root, category_of)
+        try:
+            image, objects = _read_voc_xml(xml_path, voc_root)
+        except ConversionError as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
+            continue
         image["id"] = len(images) + 1
         images.append(image)
-        for category_id, bbox, difficult in objects:
-            ann = _annotation(len(annotations) + 1, image["id"], category_id, bbox)
+        for name, bbox, difficult in objects:
+            if name not in category_of:
+                unknown.setdefault(name, xml_path)
+                continue
+            ann = _annotation(len(annotations) + 1, image["id"], category_of[name], bbox)
             ann["iscrowd"] = int(difficult)
             annotations.append(ann)
+    if unknown:
+        listed = ", ".join(repr(n) for n in sorted(unknown)[:MAX_LISTED])
+        known = "the 20 VOC classes" if tuple(class_names) == VOC_CLASSES else "the class list"
+        raise ConversionError(
+            f"objects of {len(unknown)} classes not in {known}: {listed} (the first in "
+            f"{unknown[sorted(unknown)[0]]}): give every class name, one per line, with "
+            "--classes FILE"
+        )
+    if not images and ids:
+        raise ConversionError(
+            f"none of the {len(ids)} VOC annotations in {os.path.join(voc_root, 'Annotations')} "
+            "can be read: " + "; ".join((skipped or [])[:3])
+        )
     return {
         "images": images,
         "annotations": annotations,
@@ -207,9 +322,23 @@ def voc_to_coco(voc_root: str, split: str, class_names: Sequence[str] = VOC_CLAS
     }
 
 
-def _read_voc_xml(
-    xml_path: str, voc_root: str, category_of: dict[str, int]
-) -> tuple[dict, list[tuple[int, list[float], bool]]]:
+def voc_class_names(voc_root: str, ids: Sequence[str]) -> list[str]:
+    """The class names the objects of ``Annotations/<id>.xml`` use, sorted (the 20 VOC
+    classes come out in VOC's own order, which is alphabetical); unreadable files are
+    left to the conversion to report."""
+    names = set()
+    for voc_id in ids:
+        try:
+            _, objects = _read_voc_xml(
+                os.path.join(voc_root, "Annotations", f"{voc_id}.xml"), voc_root
+            )
+        except ConversionError:
+            continue
+        names.update(name for name, _, _ in objects)
+    return sorted(names)
+
+
+def _read_voc_xml(xml_path: str, voc_root: str) -> tuple[dict, list[tuple[str, list[float], bool]]]:
     try:
         root = ET.parse(xml_path).getroot()
     except (OSError, ET.ParseError) as err:
@@ -227,8 +356,6 @@ def _read_voc_xml(
     for k, obj in enumerate(root.iter("object"), start=1):
         where = f"{xml_path}: object {k}"
         name = (obj.findtext("name") or "").strip()
-        if name not in category_of:
-            raise ConversionError(f"{where}: unknown class {name!r}")
         try:
             xmin, ymin, xmax, ymax = (
                 float(obj.findtext(f"bndbox/{tag}")) for tag in ("xmin", "ymin", "xmax", "ymax")
@@ -240,7 +367,7 @@ def _read_voc_xml(
         x1, y1 = max(xmin - 1, 0.0), max(ymin - 1, 0.0)
         x2, y2 = min(xmax, float(width)), min(ymax, float(height))
         difficult = (obj.findtext("difficult") or "0").strip() == "1"
-        objects.append((category_of[name], [x1, y1, x2 - x1, y2 - y1], difficult))
+        objects.append((name, [x1, y1, x2 - x1, y2 - y1], difficult))
     return {"file_name": file_name, "height": height, "width": width}, objects
 
 
@@ -286,7 +413,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     voc.add_argument("--split", default="trainval", help="ImageSets/Main/<split>.txt")
     voc.add_argument("--classes", default=None, help="class names (default: the 20 VOC)")
     voc.add_argument("--out", required=True, help="COCO json to write")
+    for sub_parser in (yolo, voc):
+        sub_parser.add_argument("--force", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
+    if os.path.exists(args.out) and not args.force:
+        parser.exit(1, f"error: --out {args.out} exists: pass --force to replace it\n")
 
     try:
         if args.format == "yolo":

@@ -1,16 +1,44 @@
 """``labels.png`` of a dataset split: boxes per class, box centres, box sizes on the network
 input against the strides, and the longer side against the small-object limit.
+
+data.check draws it for the split it checked; :func:`write_labels_plot` draws it for a
+training run's train split, from its annotations alone, into the run folder.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from msdet.data.summary import SMALL_OBJECT_PX, STRIDES, TrainingBoxes
+from msdet.data.coco import CocoSource
+from msdet.data.summary import SMALL_OBJECT_PX, STRIDES, TrainingBoxes, class_counts, training_boxes
+
+LABELS_FILE = "labels.png"
+
+
+@dataclass
+class SourceLabels:
+    """A split's labels as :func:`plot_labels` reads them, from a :class:`CocoSource`."""
+
+    split: str
+    classes: Mapping[str, int]
+    class_names: Sequence[str]
+    boxes: TrainingBoxes
+
+
+def write_labels_plot(source: CocoSource, img_size: Sequence[int], run_dir: str) -> str:
+    """``<run_dir>/labels.png`` of ``source`` (a training run's train split), its boxes
+    sized on the ``img_size`` ``(h, w)`` input training letterboxes to; returns the path.
+    Reads annotations only: no image is decoded."""
+    boxes = training_boxes(source, img_size)
+    labels = SourceLabels("train", class_counts(source, boxes), list(source.class_names), boxes)
+    path = os.path.join(run_dir, LABELS_FILE)
+    plot_labels(labels, img_size, path)
+    return path
 
 
 class SplitLabels(Protocol):

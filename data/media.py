@@ -4,17 +4,26 @@
 relative to the source that its outputs mirror (``a/x.jpg`` and ``b/x.jpg`` of a folder
 stay apart). :class:`VideoReader` reads a video file or a camera frame by frame;
 :func:`open_video_writer` writes the annotated copy.
+
+OpenCV takes file names as UTF-8 and crashes the process (a segmentation fault) on a name
+that is not (a Latin-1 name from an old disk). :func:`write_image` writes through Python's
+own file calls, which take any name; videos are opened and written under a UTF-8 name that
+stands for theirs (a link; a temporary name renamed at the end).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from msdet.common.paths import is_url, windows_path_hint
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv",
@@ -58,6 +67,11 @@ def find_media(source: str | int) -> list[Media]:
     text = str(source).strip()
     if text.isdigit():
         return [Media("camera", text, f"camera{int(text)}")]
+    if is_url(text):
+        raise FileNotFoundError(
+            f"source={text}: a URL; predict.py reads files, folders, globs and cameras, not "
+            "URLs: download it first (e.g. curl -O URL) and pass the file"
+        )
     if os.path.isfile(text):
         kind = media_kind(text)
         if kind is None:
@@ -73,7 +87,8 @@ def find_media(source: str | int) -> list[Media]:
         files = [p for p in glob.glob(text, recursive=True) if os.path.isfile(p)]
         root = _glob_root(text)
     else:
-        raise FileNotFoundError(f"source not found: {text}")
+        hint = windows_path_hint(text, "source")
+        raise FileNotFoundError(f"source not found: {text}" + (f" ({hint})" if hint else ""))
     found = sorted(
         (os.path.relpath(p, root), p) for p in files if media_kind(p) and not _hidden(p, root)
     )
@@ -111,7 +126,12 @@ class VideoReader:
 
     def __init__(self, media: Media):
         self.media = media
+        self._link_dir = None
         target = media.camera_index if media.kind == "camera" else media.path
+        if media.kind != "camera" and not is_utf8(media.path):
+            self._link_dir = tempfile.mkdtemp(prefix="msdet-video-")
+            target = os.path.join(self._link_dir, "video" + os.path.splitext(media.path)[1])
+            os.symlink(os.path.abspath(media.path), target)
         self.capture = cv2.VideoCapture(target)
         if not self.capture.isOpened():
             what = f"camera {target}" if media.kind == "camera" else f"video {media.path}"
@@ -134,14 +154,64 @@ class VideoReader:
     def release(self) -> None:
         """Close the file or camera."""
         self.capture.release()
+        if self._link_dir is not None:
+            shutil.rmtree(self._link_dir, ignore_errors=True)
+            self._link_dir = None
 
 
-def open_video_writer(path: str, fps: float, size_hw: tuple[int, int]) -> cv2.VideoWriter:
-    """An OpenCV writer for ``path`` (mp4v, MJPG for .avi); ``OSError`` if it cannot open."""
+def is_utf8(path: str) -> bool:
+    """Whether OpenCV can be given ``path``: a name that is valid UTF-8 (Python holds the
+    bytes of one that is not as surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def write_image(path: str, img: np.ndarray) -> None:
+    """Write ``img`` to ``path`` (its format by the suffix; folders created), whatever the
+    name's bytes; ``OSError`` naming the file if it cannot be."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    codec = WRITABLE_VIDEO.get(os.path.splitext(path)[1].lower(), "mp4v")
-    h, w = size_hw
-    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec), float(fps), (int(w), int(h)))
-    if not writer.isOpened():
-        raise OSError(f"cannot write video {path} ({codec}, {w}x{h})")
-    return writer
+    ok, encoded = cv2.imencode(os.path.splitext(path)[1] or ".jpg", img)
+    if not ok:
+        raise OSError(f"cannot encode {path!r} as {os.path.splitext(path)[1]}")
+    with open(path, "wb") as f:
+        f.write(encoded.tobytes())
+
+
+class VideoWriter:
+    """An OpenCV video writer for ``path``; a name that is not UTF-8 is written under a
+    temporary one beside it and renamed by :meth:`release`."""
+
+    def __init__(self, path: str, fps: float, size_hw: tuple[int, int]):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        codec = WRITABLE_VIDEO.get(os.path.splitext(path)[1].lower(), "mp4v")
+        self.path, self._target = path, path
+        if not is_utf8(path):
+            fd, self._target = tempfile.mkstemp(
+                suffix=os.path.splitext(path)[1], dir=os.path.dirname(os.path.abspath(path))
+            )
+            os.close(fd)
+        h, w = size_hw
+        self._writer = cv2.VideoWriter(
+            self._target, cv2.VideoWriter_fourcc(*codec), float(fps), (int(w), int(h))
+        )
+        if not self._writer.isOpened():
+            raise OSError(f"cannot write video {path!r} ({codec}, {w}x{h})")
+
+    def write(self, frame: np.ndarray) -> None:
+        """Append one frame (uint8 BGR of the writer's size)."""
+        self._writer.write(frame)
+
+    def release(self) -> None:
+        """Finish the file (under its own name)."""
+        self._writer.release()
+        if self._target != self.path:
+            os.replace(self._target, self.path)
+            self._target = self.path
+
+
+def open_video_writer(path: str, fps: float, size_hw: tuple[int, int]) -> VideoWriter:
+    """A writer for ``path`` (mp4v, MJPG for .avi); ``OSError`` if it cannot open."""
+    return VideoWriter(path, fps, size_hw)

@@ -5,8 +5,9 @@
 Accepts the release format ``{"model": state_dict, ...}`` and a bare state_dict. Names map
 1:1 except BatchNorm (weight/bias/running_mean/running_var -> gamma/beta/moving_mean/
 moving_variance; num_batches_tracked dropped). Any unmatched or mis-shaped key stops the
-conversion by name; no partial checkpoint is written. PyTorch is not needed: the .pth
-file is read by :mod:`models.torch_pickle`, which refuses a file that would run code.
+conversion by name; no partial checkpoint is written, and an existing ``--dst`` is
+replaced only with ``--force``. PyTorch is not needed: the .pth file is read by
+:mod:`models.torch_pickle`, which refuses a file that would run code.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from msdet.models.description import DESCRIPTION_KEY, coco_or_numbered, describe
-from msdet.models.torch_pickle import TorchCheckpointError, load_torch_file
+from msdet.models.torch_pickle import TorchCheckpointError, is_storage, load_torch_file
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +51,44 @@ def mindspore_name(torch_key: str) -> str | None:
 
 
 def extract_state_dict(obj: Any, src: str = "checkpoint") -> Mapping[str, Any]:
-    """The state_dict inside a YOLOX release checkpoint (``{"model": ...}``) or a bare one."""
+    """The state_dict inside a YOLOX release checkpoint (``{"model": ...}``) or a bare one.
+    A file without a tensor, or whose values are bare storages, is a
+    :class:`ConversionError` saying what it holds instead."""
     if isinstance(obj, Mapping) and "model" in obj and isinstance(obj["model"], Mapping):
         obj = obj["model"]
     if not isinstance(obj, Mapping) or not obj:
         raise ConversionError(f"{src}: expected a state_dict or {{'model': state_dict}}")
     # DataParallel/DDP checkpoints prefix every key with "module.".
-    if all(k.startswith("module.") for k in obj):
+    if all(isinstance(k, str) and k.startswith("module.") for k in obj):
         obj = {k[len("module.") :]: v for k, v in obj.items()}
+    storages = [str(k) for k, v in obj.items() if is_storage(v)]
+    if storages:
+        raise ConversionError(
+            f"{src}: {len(storages)} of its {len(obj)} values are bare storages ("
+            f"{_first(storages)}): a tensor's raw numbers without its shape (torch.save of "
+            "tensor.storage()); save the model's state_dict() instead"
+        )
+    if not any(_is_tensor(v) for v in obj.values()):
+        raise ConversionError(
+            f"{src}: holds no tensor: {_contents(obj)}; a YOLOX checkpoint is the model's "
+            "state_dict(), or {'model': state_dict, ...} as YOLOX saves it"
+        )
     return obj
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or hasattr(value, "detach")
+
+
+def _first(names: list[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _contents(obj: Mapping[str, Any]) -> str:
+    """What a checkpoint holds, in a few words: its keys with their types."""
+    items = [f"{k} ({type(v).__name__})" for k, v in list(obj.items())[:4]]
+    more = f" and {len(obj) - 4} more" if len(obj) > 4 else ""
+    return f"{len(obj)} entries: {', '.join(items)}{more}"
 
 
 def infer_num_classes(state_dict: Mapping[str, Any]) -> int:
@@ -221,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--img-size", type=int, help="the input size to describe (default: the original's)"
     )
+    parser.add_argument("--force", action="store_true", help="replace an existing --dst")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if os.path.exists(args.dst) and not args.force:
+        print(f"--dst {args.dst} exists: pass --force to replace it", file=sys.stderr)
+        return 1
     try:
         n = convert_file(
             args.src, args.dst, args.model, args.num_classes, args.class_names, args.img_size

@@ -188,6 +188,12 @@ def numbered_names(names: Sequence[str]) -> bool:
     return list(names) == [f"class{i}" for i in range(len(names))]
 
 
+def class_key(name: str) -> str:
+    """How class names are compared wherever classes are matched by name (fine-tuning's
+    rows, ``eval.class_map=by_name``): case, ``_`` and ``-`` and repeated spaces ignored."""
+    return " ".join(str(name).lower().replace("_", " ").replace("-", " ").split())
+
+
 def class_label_map(
     model_names: Sequence[str],
     data_names: Sequence[str],
@@ -201,7 +207,8 @@ def class_label_map(
     dataset's class k). ``by_name``: each dataset class is found by name among the model's
     (another order, or a model of more classes: those the dataset lacks map to -1 and are
     not scored). Anything else raises :class:`ClassMismatchError` naming ``model`` and
-    ``data`` with both lists (their first differing positions when they are long)."""
+    ``data`` with both lists (their first differing positions when they are long). Names
+    match as fine-tuning matches them (:func:`class_key`: ``Car`` is ``car``)."""
     model_names, data_names = [str(n) for n in model_names], [str(n) for n in data_names]
     if class_map not in CLASS_MAPS:
         raise ValueError(
@@ -210,9 +217,10 @@ def class_label_map(
     if model_names == data_names:
         return list(range(len(model_names)))
     if class_map == "by_name":
-        missing = [n for n in data_names if n not in model_names]
+        model_keys = {class_key(n) for n in model_names}
+        missing = [n for n in data_names if class_key(n) not in model_keys]
         if missing or not data_names:
-            common = set(model_names) & set(data_names)
+            common = model_keys & {class_key(n) for n in data_names}
             raise ClassMismatchError(
                 f"{_classes_differ(model, model_names, data, data_names)}; eval.class_map="
                 + (
@@ -221,8 +229,10 @@ def class_label_map(
                     else "by_name: the two have no class in common"
                 )
             )
-        label_of = {name: k for k, name in enumerate(data_names)}
-        return [label_of.get(name, -1) for name in model_names]
+        label_of: dict[str, int] = {}
+        for k, name in enumerate(data_names):
+            label_of.setdefault(class_key(name), k)
+        return [label_of.get(class_key(name), -1) for name in model_names]
     hint = ""
     if sorted(model_names) == sorted(data_names):
         hint = (

@@ -27,12 +27,13 @@ import numpy as np
 from mindspore import nn
 
 from msdet.models.convert_pytorch import ConversionError, load_torch_checkpoint, mindspore_name
-from msdet.models.description import COCO_NAMES, DescriptionError, read_description
+from msdet.models.description import COCO_NAMES, DescriptionError, class_key, read_description
 from msdet.models.weights import EMA_PREFIX, CheckpointError, network_weights, read_checkpoint
 
 TORCH_SUFFIXES = (".pth", ".pt", ".pth.tar")
 CLASS_HEAD = "head.cls_preds."
 NETWORK_PREFIXES = ("backbone.", "head.")
+MAX_LISTED = 10  # parameters listed by name in an error; the count says how many more
 
 
 @dataclass
@@ -94,11 +95,6 @@ def _first(names: Sequence[str], n: int) -> str:
     return ", ".join(names[:n]) + more
 
 
-def class_key(name: str) -> str:
-    """How class names are compared: case, ``_`` and ``-`` and repeated spaces ignored."""
-    return " ".join(str(name).lower().replace("_", " ").replace("-", " ").split())
-
-
 def _names_without_description(num_classes: int | None) -> tuple[list[str], str]:
     if num_classes == len(COCO_NAMES):
         return list(COCO_NAMES), "the 80 COCO classes (an 80-class file without names)"
@@ -115,9 +111,9 @@ def read_pretrained(path: str, use_ema: bool = True) -> PretrainedFile:
             raise CheckpointError(f"train.pretrained: {err}") from err
         weights = {}
         for key, value in state.items():
-            name = mindspore_name(key)
-            if name is not None:
-                weights[name] = np.asarray(value)
+            name = mindspore_name(str(key))
+            if name is not None and isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+                weights[name] = value
         names, names_from = _names_without_description(_class_count(weights))
         return PretrainedFile(weights, False, names, names_from)
     params = read_checkpoint(path)
@@ -138,7 +134,7 @@ def read_pretrained(path: str, use_ema: bool = True) -> PretrainedFile:
 
 def _class_count(weights: dict[str, np.ndarray]) -> int | None:
     first = weights.get(CLASS_HEAD + "0.weight")
-    return None if first is None else int(first.shape[0])
+    return None if first is None or first.ndim == 0 else int(first.shape[0])
 
 
 def load_pretrained(
@@ -152,6 +148,20 @@ def load_pretrained(
     """
     found = read_pretrained(path)
     weights = found.weights
+    names = [p.name for p in net.get_parameters()]
+    if not any(n in weights for n in names):
+        held = sorted(weights)
+        raise CheckpointError(
+            f"train.pretrained={path} holds none of the model's {len(names)} parameters: "
+            + (
+                f"its {len(held)} tensors are named {', '.join(held[:3])}"
+                + (" ..." if len(held) > 3 else "")
+                if held
+                else "it holds no tensor"
+            )
+            + " (another kind of model, or not a model's weights); it takes a msdet checkpoint "
+            "or a YOLOX .pth"
+        )
     report = PretrainedReport(path=path, used_ema=found.used_ema, names_from=found.names_from)
     rows = _class_rows(class_names, found.class_names)
     report.kept_classes = [n for n, j in zip(class_names, rows) if j is not None]
@@ -193,9 +203,19 @@ def load_pretrained(
     report.unused = sorted(n for n in set(weights) - taken if n.startswith(NETWORK_PREFIXES))
     if problems and strict:
         raise CheckpointError(
-            f"train.pretrained={path} does not fit the model (a different architecture? "
-            "check model=...; train.pretrained_strict=false loads what fits):\n  "
-            + "\n  ".join(problems)
+            f"train.pretrained={path} does not fit the model in {len(problems)} of its "
+            f"{len(names)} parameters (a different architecture? check model=...; "
+            "train.pretrained_strict=false loads what fits):\n  "
+            + "\n  ".join(problems[:MAX_LISTED])
+            + (f"\n  and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+        )
+    not_finite = [p.name for p, value in updates if not np.isfinite(value).all()]
+    if not_finite:
+        raise CheckpointError(
+            f"train.pretrained={path}: {len(not_finite)} parameters hold NaN or infinite values "
+            f"({', '.join(not_finite[:3])}{' ...' if len(not_finite) > 3 else ''}): the weights "
+            "of a run that diverged; start from an earlier checkpoint of it, or "
+            "train.pretrained=null"
         )
     for param, value in updates:
         param.set_data(ms.Tensor(value, dtype=param.dtype))

@@ -30,15 +30,16 @@ import os
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msdet.common.cache import cache_error, make_cache_folder, user_cache_dir
 from msdet.common.progress import Progress
 from msdet.models.convert_pytorch import ConversionError, convert_state_dict, load_torch_checkpoint
 from msdet.models.yolox import architecture, load_model_config
-from msdet.ops.cpu_kernels import user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,14 @@ def weights_cache_dir() -> str:
 
 
 def release_url(model: str) -> str:
-    """The URL of ``model``'s file: the release's, or under ``$MSDET_WEIGHTS_URL``."""
+    """The URL of ``model``'s file: the release's, or under ``$MSDET_WEIGHTS_URL`` (which
+    must be an http, https or file URL: :class:`ReleaseWeightsError` naming it otherwise)."""
     base = os.environ.get(URL_VAR) or RELEASE_URL
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https", "file"):
+        raise ReleaseWeightsError(
+            f"{URL_VAR}={base} is not a URL (http://, https:// or file://): set it to the "
+            "folder of a mirror of the release files, or unset it for the release itself"
+        )
     return f"{base.rstrip('/')}/{RELEASE_FILES[model].filename}"
 
 
@@ -153,18 +160,28 @@ def fetch_release_weights(model: str, expected: Mapping[str, tuple[int, ...]] | 
     if os.path.isfile(path):
         _verify(model, path, url, expected, cached=True)
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.exists(path):
+        raise ReleaseWeightsError(
+            f"{path} is a folder, where the cache keeps {release.filename}: remove it (msdet "
+            "downloads the file there again)"
+        )
+    make_cache_folder(os.path.dirname(path))
     _remove_stale_parts(os.path.dirname(path), release.filename)
-    fd, tmp = tempfile.mkstemp(
-        prefix=release.filename + ".", suffix=".part", dir=os.path.dirname(path)
-    )
+    tmp = ""
     try:
+        fd, tmp = tempfile.mkstemp(
+            prefix=release.filename + ".", suffix=".part", dir=os.path.dirname(path)
+        )
         with os.fdopen(fd, "wb") as out:
             _download(url, out, release.filename)
         _verify(model, tmp, url, expected, cached=False)
         os.replace(tmp, path)  # atomic: the final name only ever holds a whole, checked file
+    except ReleaseWeightsError:
+        raise
+    except OSError as err:  # the cache's disk, not the network: full, read-only
+        raise cache_error(path, err) from err
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.remove(tmp)
     log.info("saved %s", path)
     return path

@@ -73,6 +73,12 @@ class _Storage:
         self.type_name = type_name
 
 
+def is_storage(value: Any) -> bool:
+    """Whether ``value`` is a storage on its own (``torch.save`` of ``tensor.storage()``):
+    a tensor's raw elements, without the shape that makes them a tensor."""
+    return isinstance(value, _Storage)
+
+
 def _check_int_tuple(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, tuple) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value

@@ -15,6 +15,7 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 
+from msdet.common.paths import windows_path_hint
 from msdet.models.description import Description, DescriptionError, contradictions, read_description
 from msdet.models.yolox import YOLOX, build_model
 from msdet.ops.cpu_kernels import NATIVE, CpuKernels
@@ -26,10 +27,22 @@ class CheckpointError(ValueError):
     """A checkpoint file cannot be read or does not fit the model."""
 
 
+# Files export.py writes (and the Ascend toolchain makes of them): models for inference.
+EXPORTED = {".mindir": "MINDIR", ".onnx": "ONNX", ".om": "OM", ".air": "AIR"}
+
+
 def read_checkpoint(path: str) -> dict[str, ms.Parameter]:
     """Load a ``.ckpt`` file into a name -> Parameter dict, or raise a clear error."""
+    kind = EXPORTED.get(os.path.splitext(path)[1].lower())
+    if kind:
+        raise CheckpointError(
+            f"{path} is an exported {kind} model, for inference (eval.py and predict.py take "
+            "it), not a checkpoint to train from: pass the .ckpt it was exported from (export.py "
+            "writes the file beside it)"
+        )
     if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
+        hint = windows_path_hint(path)
+        raise CheckpointError(f"checkpoint not found: {path}" + (f" ({hint})" if hint else ""))
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"checkpoint is empty (0 bytes): {path}")
     try:

@@ -36,6 +36,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from msdet.common.cache import CACHE_VAR, user_cache_dir  # noqa: F401  (re-exported: callers read them here)
+
 log = logging.getLogger(__name__)
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
@@ -46,7 +48,6 @@ COMPILER_VAR = "CXX"  # the compiler used: $CXX, else g++
 # "-mno-avx512f" builds for this CPU without AVX-512, as on an AVX2-only CPU of the same
 # family (bench.compare_torch --isa avx2).
 FLAGS_VAR = "MSDET_KERNEL_FLAGS"
-CACHE_VAR = "MSDET_CACHE_DIR"
 # -march=native: the inner loops are vectorised for this CPU (the cache key holds the CPU,
 # see _cpu_signature); -fopenmp: outer loops split over a thread team (kernels/threads.h).
 # -fno-trapping-math: without it GCC vectorises the sigmoid loops of batchnorm_silu.cc only
@@ -164,14 +165,6 @@ class CpuKernels:
 
 
 NATIVE = CpuKernels()
-
-
-def user_cache_dir(name: str) -> str:
-    """``$MSDET_CACHE_DIR/<name>`` or ``~/.cache/msdet/<name>`` (``$XDG_CACHE_HOME``)."""
-    if os.environ.get(CACHE_VAR):
-        return os.path.join(os.path.abspath(os.environ[CACHE_VAR]), name)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "msdet", name)
 
 
 def default_cache_dir() -> str:

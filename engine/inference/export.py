@@ -226,12 +226,28 @@ def first_line(err: BaseException) -> str:
     return type(err).__name__
 
 
+class ExportFolderError(ValueError):
+    """``export.out`` (or the checkpoint's folder) cannot take the exported file."""
+
+
 def export_folder(cfg: Any) -> str:
-    """Where export.py writes: ``export.out``, else the checkpoint's own folder."""
+    """Where export.py writes: ``export.out``, else the checkpoint's own folder. A folder
+    that is a file or cannot be made or written is an :class:`ExportFolderError` saying so."""
     folder = cfg.export.out or os.path.dirname(os.path.abspath(cfg.ckpt))
-    os.makedirs(folder, exist_ok=True)
+    setting = f"export.out={folder}" if cfg.export.out else f"the checkpoint's folder {folder}"
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ExportFolderError(
+            f"{setting} is a file: export.out names the folder that takes the exported file "
+            "and its report; name a folder (it is created if missing)"
+        )
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise ExportFolderError(
+            f"{setting} cannot be created ({err.strerror}): name another folder with export.out="
+        ) from err
     if not os.access(folder, os.W_OK):
-        raise ExportError(f"cannot write into {folder}: name another folder with export.out=")
+        raise ExportFolderError(f"cannot write into {folder}: name another folder with export.out=")
     return folder
 
 

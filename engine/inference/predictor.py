@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,7 @@ class Predictor:
                 typed["eval.conf_thresh"],
             )
         model = load_inference_model(cfg, typed, rt, conf_thresh=self.conf)
+        self._warm = False
         self.img_size = model.img_size
         self.num_classes = model.num_classes
         self.net, self.nms = model.net, model.nms
@@ -153,6 +155,20 @@ class Predictor:
             cfg.predict.conf, typed["predict.conf"] = float(conf), str(conf)
         return cls(cfg, _set_up_once(cfg.runtime), typed=typed)
 
+    def warm_up(self) -> None:
+        """Run the network once on a blank input, so that its compile (seconds, on the first
+        call) is done; predict.py calls it before its progress starts timing images. Once per
+        Predictor; :meth:`predict` works without it (its first call compiles then)."""
+        if self._warm:
+            return
+        started = time.perf_counter()
+        blank = np.full((1, 3, *self.img_size), 114.0, dtype=np.float32)
+        self.nms(self.net(self._ms.Tensor(blank)))
+        self._warm = True
+        log.info(
+            "network ready in %.1f s (compiled on a blank image)", time.perf_counter() - started
+        )
+
     def predict(self, image: str | os.PathLike | np.ndarray) -> Detections:
         """Detect in an image file or array (uint8 BGR [H, W, 3], as ``cv2.imread`` gives;
         grey, 16-bit and BGRA arrays are converted). A file that cannot be read raises
@@ -175,6 +191,7 @@ class Predictor:
         boxed, scale = letterbox(img, self.img_size)
         batch = np.ascontiguousarray(boxed.transpose(2, 0, 1)[None], dtype=np.float32)
         dets, counts = self.nms(self.net(self._ms.Tensor(batch)))
+        self._warm = True
         dets, counts = (d.asnumpy() if hasattr(d, "asnumpy") else d for d in (dets, counts))
         hw = (int(img.shape[0]), int(img.shape[1]))
         boxes, scores, labels = detections_in_image(dets[0], counts[0], scale, hw)

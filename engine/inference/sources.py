@@ -9,12 +9,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import cv2
-import numpy as np
-
 from msdet.common.progress import Progress, progress
 from msdet.data.image_io import ImageReadError, read_image
-from msdet.data.media import Media, VideoReader, annotated_video_name, find_media, open_video_writer
+from msdet.data.media import (
+    Media,
+    VideoReader,
+    annotated_video_name,
+    find_media,
+    open_video_writer,
+    write_image,
+)
 from msdet.engine.inference.predictor import Detections, Predictor, log
 
 PREDICTIONS_FILE = "predictions.json"
@@ -53,6 +57,8 @@ def predict_source(
     streams = [m for m in media if m.kind != "image"]
     results: dict[str, list[dict[str, Any]]] = {}
     try:
+        if images:  # the compile is not an image: done before the bar starts timing
+            predictor.warm_up()
         for item in progress(images, len(images), "predict", "img", logger=log):
             try:
                 img = read_image(item.path)
@@ -61,7 +67,7 @@ def predict_source(
                 summary["skipped"].append(item.path)
                 continue
             dets = predictor.predict(img)
-            _write_image(os.path.join(out_dir, item.rel), predictor.draw(img, dets))
+            write_image(os.path.join(out_dir, item.rel), predictor.draw(img, dets))
             if labels:
                 _write_labels(os.path.join(labels, _stem(item.rel) + ".txt"), dets, save_conf)
             results[item.rel] = dets.records()
@@ -110,6 +116,7 @@ def _predict_stream(
             raise
         log.warning("skipped: %s", err)
         return None
+    predictor.warm_up()
     total = reader.frame_count
     if max_frames is not None:
         total = min(total, int(max_frames)) if total else int(max_frames)
@@ -174,12 +181,6 @@ def _warn_shared_names(media: Sequence[Media], save_txt: bool) -> None:
 
 def _stem(rel: str) -> str:
     return os.path.splitext(rel)[0]
-
-
-def _write_image(path: str, img: np.ndarray) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    if not cv2.imwrite(path, img):
-        raise OSError(f"cannot write {path}")
 
 
 def _write_labels(path: str, detections: Detections, with_score: bool) -> None:

@@ -61,3 +61,11 @@ def test_the_message_says_what_the_key_takes():
     with pytest.raises(ConfigError) as err:
         Spec("int", low=1, also=("auto",)).validate("data.num_workers", "many")
     assert str(err.value) == "data.num_workers must be an integer >= 1, or auto, got 'many'"
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../x", "a\\b", ""])
+def test_a_run_name_that_is_not_one_plain_folder_is_refused(name):
+    """Issue: run.name=.. wrote the run into runs/ itself."""
+    with pytest.raises(ConfigError, match=r"run.name must be a plain folder name .*run.dir=PATH"):
+        SCHEMA["run.name"].validate("run.name", name)
+    assert SCHEMA["run.name"].validate("run.name", "exp-1.b") == "exp-1.b"

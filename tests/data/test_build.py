@@ -14,7 +14,7 @@ CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "data")
 
 def shapes_cfg(cache_dir, **overrides):
     cfg = OmegaConf.load(os.path.join(CONFIGS, "shapes.yaml"))
-    cfg.cache_dir = str(cache_dir)
+    cfg.cache_dir = None if cache_dir is None else str(cache_dir)
     cfg.num_train, cfg.num_val, cfg.seed = 6, 3, 2
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
@@ -186,3 +186,30 @@ def test_a_train_split_without_a_usable_box_is_an_error_saying_why(tmp_path):
         f"id {first['id']} (image_id '{first['image_id']}' is text: the images' ids are "
         "integers)" in text
     )
+
+
+def test_the_datasets_cache_is_msdets_cache_root_wherever_it_runs(tmp_path, monkeypatch):
+    """Issue: the datasets' cache followed the current folder (.cache/msdet) while the
+    weights' did not: one root now, $MSDET_CACHE_DIR else ~/.cache/msdet."""
+    from msdet.common.cache import cache_root, user_cache_dir
+    from msdet.common.config import load_config
+
+    assert load_config("train").data.cache_dir is None
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    train, _ = build_sources(shapes_cfg(None))
+    assert train.ann_file.startswith(str(tmp_path / "cache" / "shapes-2-6-3-min24") + os.sep)
+    # Beside the weights (models.release_weights keeps them in user_cache_dir("weights")).
+    assert os.path.dirname(user_cache_dir("weights")) == cache_root() == str(tmp_path / "cache")
+    monkeypatch.delenv("MSDET_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == str(tmp_path / "xdg" / "msdet")
+
+
+def test_a_cache_that_cannot_be_written_names_data_cache_dir(tmp_path):
+    from msdet.common.cache import CacheFolderError
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(CacheFolderError, match=r"a file is where a folder should be: .*afile\): it "
+                       r"is in the cache chosen by data.cache_dir"):  # fmt: skip
+        build_sources(shapes_cfg(tmp_path / "afile"))

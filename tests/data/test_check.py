@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import cv2
 import numpy as np
@@ -238,11 +239,12 @@ def test_command_prints_the_report_and_writes_json_and_labels_plot(broken, capsy
     out = broken / "report"
     status = main(
         ["--out", str(out), "data=coco", f"data.root={broken}", "data.img_size=[128,128]",
-         "data.train.ann_file=ann/train.json", "data.train.img_dir=imgs",
+         "train.img_scale=1", "data.train.ann_file=ann/train.json", "data.train.img_dir=imgs",
          "data.val.ann_file=ann/val.json", "data.val.img_dir=imgs"]
     )  # fmt: skip
     assert status == 0  # warnings only
     printed = capsys.readouterr().out
+    assert printed.startswith("input 128x128 (data.img_size, the training input), strides")
     assert "warning: unreadable_image: 1" in printed and "warning: missing_image: 1" in printed
     assert "boxes per class: cat 6, dog 3, emu 0" in printed
     assert printed.splitlines()[-2] == "15 warnings, 0 errors"
@@ -328,3 +330,48 @@ def test_a_train_split_without_a_usable_box_is_an_error_in_the_report(tmp_path):
         "skipped as malformed: id 1 (image_id '1' is text: the images' ids are integers)"
     ]
     assert check_split(str(tmp_path), "ann/train.json", "imgs", IMG_SIZE, "val").errors == []
+
+
+def test_a_report_folder_that_cannot_be_written_is_said_before_the_check(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue: msdet check in a read-only folder ran the whole check, then an OSError
+    traceback on runs/."""
+    (tmp_path / "afile").write_text("")
+    nowhere = f"data.root={tmp_path / 'nowhere'}"  # the check would fail: it never starts
+    assert main(["--out", str(tmp_path / "afile" / "out"), "data=coco", nowhere]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"report cannot be written into {tmp_path / 'afile' / 'out'} ({tmp_path / 'afile'} is a file)"
+        in err
+    )
+    assert "--out DIR (or run.dir=DIR)" in err and "dataset root not found" not in err
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "access", lambda path, mode: os.path.abspath(path) != str(tmp_path))
+    assert main(["data=coco", nowhere]) == 2
+    assert f"{tmp_path} is not writable" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_report_goes_to_out_else_run_dir_else_runs_data_check(tmp_path):
+    from msdet.data.check import output_folder
+
+    run = OmegaConf.create({"dir": None, "root": str(tmp_path / "runs")})
+    assert output_folder(None, run) == str(tmp_path / "runs" / "data_check")
+    assert output_folder(str(tmp_path / "o"), run) == str(tmp_path / "o")
+    run.dir = str(tmp_path / "d")
+    assert output_folder(None, run) == str(tmp_path / "d")
+
+
+def test_check_measures_boxes_on_the_input_training_uses():
+    """Issue: check measured box sizes at data.img_size (640: "25 under 16 px"), training
+    at data.img_size x train.img_scale (512: "76")."""
+    from msdet.common.config import load_config
+    from msdet.data.check import training_input
+
+    cfg = load_config("tool", ["data=coco", "data.img_size=[640,640]"])
+    assert training_input(cfg) == (
+        (512, 512),
+        "the training input: data.img_size 640x640 x train.img_scale",
+    )
+    assert training_input(load_config("tool", ["train=yolox"]))[0] == (320, 320)

@@ -67,7 +67,7 @@ def test_yolo_round_trip(yolo_dir):
         ("0 0.5 0.5 0.2", "labels/a.txt:2: expected 'class cx cy w h', got 4 values"),
         ("3 0.5 0.5 0.2 0.2", "labels/a.txt:2: class 3 outside 0..2"),
         ("0 0.5 x 0.2 0.2", "labels/a.txt:2: not numbers"),
-        ("0 0.1 0.1 0.2 0.2 0.3 0.3", "polygon labels are not supported"),
+        ("0 0.5 0.5 0.2 0.2 0.9", "labels/a.txt:2: expected 'class cx cy w h', got 6 values"),
         ("0 0.5 0.5 -0.2 0.2", "labels/a.txt:2: invalid box"),
         # Pixel coordinates (the issue's example became a box at [348, 454] of size 0 x 0).
         ("0 200 150 40 30", "labels/a.txt:2: box 200 150 40 30 is outside 0..1.*look like pixels"),
@@ -174,3 +174,34 @@ def test_bad_label_files_can_be_skipped_with_their_images(yolo_dir):
     (yolo_dir / "images" / "negative.jpg").write_bytes(b"not an image")
     with pytest.raises(ConversionError, match=r"none of the 3 images can be converted"):
         yolo_to_coco(str(yolo_dir / "images"), str(yolo_dir / "labels"), CLASSES, [])
+
+
+def test_an_existing_out_is_replaced_only_with_force(yolo_dir, capsys):
+    out = yolo_dir / "train.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        run_yolo(yolo_dir, out)
+    assert exit_info.value.code == 1 and out.read_text() == "{}"
+    assert f"--out {out} exists: pass --force to replace it" in capsys.readouterr().err
+    main(["yolo", "--images", str(yolo_dir / "images"), "--labels", str(yolo_dir / "labels"),
+          "--classes", str(yolo_dir / "classes.txt"), "--out", str(out), "--force"])  # fmt: skip
+    assert len(json.loads(out.read_text())["images"]) == 3
+
+
+def test_voc_objects_of_other_classes_name_them_and_classes(tmp_path, capsys):
+    """Issue: convert_labels voc failed on a non-VOC class without naming --classes."""
+    for name, cls in (("a", "cat"), ("b", "forklift"), ("c", "pallet")):
+        (tmp_path / "Annotations").mkdir(exist_ok=True)
+        objects = VOC_OBJECT.format(cls=cls, difficult=0, x1=1, y1=1, x2=10, y2=10)
+        (tmp_path / "Annotations" / f"{name}.xml").write_text(
+            VOC_XML.format(name=name, w=20, h=20, objects=objects)
+        )
+    (tmp_path / "ImageSets" / "Main").mkdir(parents=True)
+    (tmp_path / "ImageSets" / "Main" / "train.txt").write_text("a\nb\nc\n")
+    with pytest.raises(SystemExit):
+        main(
+            ["voc", "--root", str(tmp_path), "--split", "train", "--out", str(tmp_path / "o.json")]
+        )
+    err = capsys.readouterr().err
+    assert "objects of 2 classes not in the 20 VOC classes: 'forklift', 'pallet'" in err
+    assert "--classes FILE" in err

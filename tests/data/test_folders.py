@@ -12,7 +12,7 @@ import pytest
 
 from msdet.common.config import load_config
 from msdet.data.build import build_sources, build_val_source, dataset_classes
-from msdet.data.folders import DatasetFolderError, find_layout, labels_folder
+from msdet.data.folders import DatasetFolderError, find_layout
 
 
 def write_image(path, h: int, w: int) -> None:
@@ -88,7 +88,9 @@ def test_a_coco_folder_is_read_with_one_argument(tmp_path):
 
 def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
     (tmp_path / "photos").mkdir()
-    with pytest.raises(DatasetFolderError, match="a YOLO data.yaml, COCO json files"):
+    with pytest.raises(
+        DatasetFolderError, match="a YOLO data.yaml, obj.data .*COCO json files .*VOC .*labelme"
+    ):
         find_layout(str(tmp_path / "photos"), str(tmp_path))
     (tmp_path / "yolo" / "images").mkdir(parents=True)
     (tmp_path / "yolo" / "labels").mkdir()
@@ -97,10 +99,12 @@ def test_an_unknown_layout_says_what_was_looked_for(tmp_path):
 
 
 def test_labels_are_where_ultralytics_puts_them():
-    assert labels_folder("/d/images/train") == "/d/labels/train"
-    assert labels_folder("/images/d/images") == "/images/d/labels"
-    with pytest.raises(DatasetFolderError, match="has no 'images'"):
-        labels_folder("/d/pictures/train")
+    from msdet.data.convert_labels import ultralytics_label_path
+
+    assert ultralytics_label_path("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
+    assert ultralytics_label_path("/images/d/images/a.b.png") == "/images/d/labels/a.b.txt"
+    # No images folder in the path: beside the image (CVAT's and Darknet's layout).
+    assert ultralytics_label_path("/d/pictures/train/a.jpg") == "/d/pictures/train/a.txt"
 
 
 def test_a_split_whose_first_image_is_missing_is_still_found(tmp_path):
@@ -150,3 +154,95 @@ def test_bad_label_files_are_skipped_with_a_warning_and_listed_by_data_check(
     (ultralytics / "labels" / "train" / "1.txt").write_text("x\n")
     with pytest.raises(DatasetFolderError, match=r"none of the 3 images can be converted"):
         build_sources(cfg.data)
+
+
+def yolo_set(root, names_yaml: str, labels: list[str]):
+    """A data.yaml set whose train image k has the label line ``labels[k]``; val one image."""
+    for split, lines in (("train", labels), ("val", labels[:1])):
+        for k, line in enumerate(lines):
+            write_image(root / "images" / split / f"{k}.jpg", 60, 80)
+            (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+            (root / "labels" / split / f"{k}.txt").write_text(line + "\n")
+    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/val\n{names_yaml}")
+    return root
+
+
+@pytest.mark.parametrize(
+    "names, labels, classes, ids, bad",
+    [
+        # Issue: {0: disc, 2: triangle} trained label-1 boxes as "triangle" and dropped
+        # the real triangles (label 2: "outside 0..1").
+        ("names: {0: disc, 2: triangle}", ["2", "0", "1"], ["triangle", "disc"], [1, 3],
+         "2.txt:1: class 1 is not one of the class ids 0, 2"),
+        # Issue: 1-based keys shifted every class by one, and data.check found no problem.
+        ("names:\n  1: a\n  2: b\n", ["1", "2", "0"], ["a", "b"], [2, 3],
+         "2.txt:1: class 0 is not one of the class ids 1, 2"),
+    ],
+)  # fmt: skip
+def test_names_keys_are_the_class_ids_the_label_files_use(
+    tmp_path, caplog, names, labels, classes, ids, bad
+):
+    from msdet.data.check import check_dataset
+
+    root = yolo_set(tmp_path / "set", names, [f"{c} 0.5 0.5 0.5 0.5" for c in labels])
+    cfg = load_config("train", [f"data={root}", f"data.cache_dir={tmp_path / 'cache'}"])
+    with caplog.at_level(logging.INFO, logger="msdet.data"):
+        train, _ = build_sources(cfg.data)
+    assert train.category_ids == ids
+    assert [train.class_names[train.annotations(i)[1][0]] for i in range(len(train))] == classes
+    assert bad in caplog.text  # the image of the unknown id is left out, named
+    assert "class ids are names' keys" in caplog.text
+    notes: list[str] = []
+    checks = check_dataset(cfg.data, workers=1, notes=notes)
+    assert any(n.startswith("class ids are names' keys in ") for n in notes)
+    (example,) = checks[0].problems["bad_label_file"].examples
+    assert bad in example
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        ("names: {a: disc}", r"names key 'a' \('disc'\) is not a class id: the keys of 'names'"),
+        ("names: {0: disc, -1: box}", r"names key -1 \('box'\) is not a class id"),
+        ("names: {0: car, 3: car}", r"names keys 0 and 3 are both 'car'"),
+        ("names: [a, b]\nnc: 3\n", r"nc is 3 but names holds 2 classes"),
+    ],
+)
+def test_a_names_mapping_that_cannot_be_honoured_is_refused_naming_file_and_key(
+    tmp_path, names, message
+):
+    root = yolo_set(tmp_path / "set", names, ["0 0.5 0.5 0.5 0.5"])
+    with pytest.raises(DatasetFolderError, match=f"{root / 'data.yaml'}: {message}"):
+        find_layout(str(root), str(tmp_path / "cache"))
+
+
+def test_windows_paths_are_named_as_such(tmp_path):
+    from msdet.common.schema import ConfigError
+
+    root = yolo_set(tmp_path / "set", "names: [a]", ["0 0.5 0.5 0.5 0.5"])
+    text = (root / "data.yaml").read_text().replace("path: .", "path: C:\\data\\set")
+    (root / "data.yaml").write_text(text)
+    with pytest.raises(DatasetFolderError, match=r"path: 'C:\\\\data\\\\set' is a Windows path"):
+        find_layout(str(root), str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"data=D:\\data is a Windows path"):
+        load_config("train", ["data=D:\\data"])
+
+
+def test_a_file_name_that_is_not_utf8_is_read_checked_and_loaded(tmp_path):
+    """Issue: data.check and training stopped on such a name without naming the file."""
+    from msdet.data.check import check_dataset
+
+    root = yolo_set(tmp_path / "set", "names: [a]", ["0 0.5 0.5 0.5 0.5", "0 0.5 0.5 0.2 0.2"])
+    for folder, suffix in (("images", ".jpg"), ("labels", ".txt")):
+        where = os.fsencode(root / folder / "train")
+        os.rename(where + b"/1" + suffix.encode(), where + b"/caf\xe9" + suffix.encode())
+    cfg = load_config("train", [f"data={root}", f"data.cache_dir={tmp_path / 'cache'}"])
+    train, _ = build_sources(cfg.data)
+    names = sorted(train.image_info(i)["file_name"] for i in range(len(train)))
+    assert names == ["0.jpg", os.fsdecode(b"caf\xe9.jpg")]
+    position = [train.image_info(i)["file_name"] for i in range(len(train))].index(names[1])
+    img, boxes, labels = train.load(position)
+    np.testing.assert_allclose(boxes, [[32, 24, 48, 36]], atol=1e-3)
+    assert img.shape == (60, 80, 3)
+    checks = check_dataset(cfg.data, workers=1)
+    assert [c.errors for c in checks] == [[], []] and checks[0].counts["images"] == 2

@@ -75,3 +75,17 @@ def test_annotated_video_names():
     assert annotated_video_name("a/clip.avi") == "a/clip.avi"
     assert annotated_video_name("clip.MOV") == "clip.MOV"
     assert annotated_video_name("a/clip.webm") == "a/clip.mp4"
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        # Issue: a URL was "not found".
+        ("http://example.com/a.jpg", r"source=http://example.com/a.jpg: a URL; predict.py reads"),
+        ("rtsp://camera/stream", r"not URLs: download it first"),
+        ("C:\\photos\\a.jpg", r"source=C:\\photos\\a.jpg is a Windows path"),
+    ],
+)
+def test_urls_and_windows_paths_are_named_for_what_they_are(source, message):
+    with pytest.raises(FileNotFoundError, match=message):
+        find_media(source)

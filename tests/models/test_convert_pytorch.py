@@ -134,3 +134,17 @@ def test_class_names_from_a_file_a_list_or_cocos_by_default(tmp_path):
     assert read_class_names("cat, dog,bird", 3)[0] == ["cat", "dog", "bird"]
     with pytest.raises(ConversionError, match="2 class names for a 3-class checkpoint"):
         read_class_names(str(listing), 3)
+
+
+def test_an_existing_dst_is_replaced_only_with_force(tmp_path, capsys):
+    """Issue: the converter overwrote an existing --dst without a word."""
+    from msdet.models.convert_pytorch import main
+
+    dst = tmp_path / "mine.ckpt"
+    dst.write_bytes(b"a checkpoint of its own")
+    args = ["--model", "yolox_nano", "--src", str(tmp_path / "none.pth"), "--dst", str(dst)]
+    assert main(args) == 1
+    assert f"--dst {dst} exists: pass --force to replace it" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 1  # past the check: the missing .pth stops it
+    assert "PyTorch checkpoint not found" in capsys.readouterr().err
+    assert dst.read_bytes() == b"a checkpoint of its own"

@@ -73,6 +73,12 @@ def test_by_name_leaves_out_model_classes_the_dataset_lacks_but_not_the_reverse(
         class_label_map(["person", "car"], ["cat"], "by_name")
 
 
+def test_by_name_matches_names_as_fine_tuning_does():
+    """Issue: eval.class_map=by_name was case-sensitive where fine-tuning's mapping is not."""
+    model, data = ["Person", "traffic_light", "car"], ["car", "person", "traffic light"]
+    assert class_label_map(model, data, "by_name") == [1, 2, 0]
+
+
 def test_long_lists_show_their_first_differences():
     model = [f"c{i}" for i in range(80)]
     data = list(model)

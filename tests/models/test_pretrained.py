@@ -192,3 +192,80 @@ def test_same_class_count_with_other_names_keeps_no_row_by_position(tmp_path):
     assert "kept 0 of 3 classes by name: -; new: disc, rectangle, triangle" in (
         report.classes_line()
     )
+
+
+@pytest.fixture(scope="module")
+def nano3():
+    """A 3-class nano that the refused loads below leave untouched."""
+    return build_model(NANO, 3)
+
+
+def _torch_file(path, entries: bytes) -> None:
+    """A torch.save-layout zip whose data.pkl is a dict of ``entries`` (pickle opcodes for
+    key-value pairs), with one storage of 4 floats, key "0"."""
+    import zipfile
+
+    pkl = b"\x80\x02}(" + entries + b"u."
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("w/data.pkl", pkl)
+        z.writestr("w/data/0", np.arange(4, dtype=np.float32).tobytes())
+
+
+def _key(name: str) -> bytes:
+    return b"X" + len(name).to_bytes(4, "little") + name.encode()
+
+
+STORAGE = b"(" + _key("storage") + b"ctorch\nFloatStorage\n" + _key("0") + _key("cpu") + b"K\x04tQ"
+TENSOR = (
+    b"ctorch._utils\n_rebuild_tensor_v2\n(" + STORAGE + b"K\x00K\x04\x85K\x01\x85\x89"
+    b"ccollections\nOrderedDict\n)RtR"
+)
+
+
+@pytest.mark.parametrize(
+    "entries, message",
+    [
+        # Issue: strict, a 34,867-character error blaming the architecture; not strict,
+        # "loaded 0" and then a header claiming its weights.
+        (_key("fc.weight") + TENSOR + _key("fc.bias") + TENSOR,
+         r"holds none of the model's \d+ parameters: its 2 tensors are named fc.bias, fc.weight"),
+        (_key("epoch") + b"K\x03" + _key("optimizer") + b"}",
+         r"holds no tensor: 2 entries: epoch \(int\), optimizer \(dict\)"),
+        # Issue: values that are bare storages: an IndexError traceback.
+        (_key("head.cls_preds.0.weight") + STORAGE + _key("head.cls_preds.0.bias") + STORAGE,
+         r"2 of its 2 values are bare storages \(head.cls_preds.0.weight, head.cls_preds.0.bias\)"),
+    ],
+)  # fmt: skip
+def test_a_pth_without_network_weights_is_a_short_error_saying_what_it_holds(
+    tmp_path, nano3, entries, message
+):
+    path = tmp_path / "other.pth"
+    _torch_file(path, entries)
+    for strict in (True, False):
+        with pytest.raises(CheckpointError, match=message) as err:
+            load_pretrained(nano3, str(path), SHAPES, strict=strict)
+        assert len(str(err.value)) < 400
+
+
+def test_non_finite_pretrained_weights_are_refused_naming_the_parameters(tmp_path, nano3):
+    """Issue: NaN weights were loaded; the first step's stop blamed the rate."""
+    net = nano3
+    weights = _random_weights(net, 3)
+    weights["head.stems.0.conv.weight"][0, 0] = np.nan
+    weights["backbone.backbone.stem.conv.conv.weight"][:] = np.inf
+    path = tmp_path / "diverged.ckpt"
+    ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in weights.items()], str(path))
+    fresh = _values(net)
+    with pytest.raises(CheckpointError, match=r"2 parameters hold NaN or infinite values \("):
+        load_pretrained(net, str(path), SHAPES)
+    assert all(v.tobytes() == fresh[k].tobytes() for k, v in _values(net).items())  # nothing loaded
+
+
+def test_an_exported_model_given_as_weights_is_named_for_what_it_is(tmp_path):
+    """Issue: an exported .mindir given as train.pretrained was called corrupt."""
+    path = tmp_path / "best.mindir"
+    path.write_bytes(b"\x0a\x05hello")
+    with pytest.raises(
+        CheckpointError, match=r"best.mindir is an exported MINDIR model, for infer"
+    ):
+        load_pretrained(build_model(NANO, 3), str(path), SHAPES)

@@ -272,3 +272,45 @@ def _shapes(model_cfg) -> dict[str, tuple[int, ...]]:
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def test_an_unusable_cache_names_the_variable_the_path_and_the_reason(tmp_path, monkeypatch):
+    """Issue: MSDET_CACHE_DIR read-only, full or a file gave bare errno messages; a folder
+    where the weights file should be, and MSDET_WEIGHTS_URL=notaurl, were not named."""
+    import errno
+
+    from msdet.common.cache import CacheFolderError
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "afile"))
+    monkeypatch.setenv("MSDET_WEIGHTS_URL", "http://127.0.0.1:9")
+    with pytest.raises(CacheFolderError) as err:
+        fetch_release_weights("yolox_nano")
+    assert (
+        f"cannot write {tmp_path / 'afile' / 'weights'} (a file is where a folder should be"
+        in str(err.value)
+    )
+    assert f"MSDET_CACHE_DIR={tmp_path / 'afile'}; point that at a writable folder" in str(
+        err.value
+    )
+
+    monkeypatch.setenv("MSDET_CACHE_DIR", str(tmp_path / "cache"))
+    os.makedirs(cached_path("yolox_nano"))
+    with pytest.raises(
+        ReleaseWeightsError, match=r"yolox_nano.pth is a folder, where the cache keeps"
+    ):
+        fetch_release_weights("yolox_nano")
+    os.rmdir(cached_path("yolox_nano"))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("msdet.models.release_weights._download", full)
+    with pytest.raises(
+        CacheFolderError, match=r"yolox_nano.pth \(the disk is full\): .*MSDET_CACHE_DIR="
+    ):
+        fetch_release_weights("yolox_nano")
+
+    monkeypatch.setenv("MSDET_WEIGHTS_URL", "notaurl")
+    with pytest.raises(ReleaseWeightsError, match=r"MSDET_WEIGHTS_URL=notaurl is not a URL"):
+        fetch_release_weights("yolox_nano")

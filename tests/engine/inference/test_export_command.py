@@ -171,3 +171,24 @@ def test_export_without_a_checkpoint_says_how_to_call_it(tmp_path):
     proc = run_export(f"run.dir={tmp_path}")
     assert proc.returncode != 0
     assert "ckpt=PATH" in proc.stderr + proc.stdout
+
+
+def test_export_out_naming_a_file_says_it_must_be_a_folder(tmp_path):
+    """Issue: export.out naming an existing file ended in "[Errno 17] File exists"."""
+    from omegaconf import OmegaConf
+
+    from msdet.engine.inference.export import ExportFolderError, export_folder
+
+    (tmp_path / "model.mindir").write_bytes(b"")
+    cfg = OmegaConf.create({"ckpt": str(tmp_path / "best.ckpt"), "export": {"out": None}})
+    assert export_folder(cfg) == str(tmp_path)
+    cfg.export.out = str(tmp_path / "model.mindir")
+    with pytest.raises(
+        ExportFolderError, match=r"export.out=.*model.mindir is a file: export.out names the folder"
+    ):
+        export_folder(cfg)
+    cfg.export.out = str(tmp_path / "model.mindir" / "sub")
+    with pytest.raises(
+        ExportFolderError, match=r"export.out=.*sub cannot be created \(Not a directory\)"
+    ):
+        export_folder(cfg)

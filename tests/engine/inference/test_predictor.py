@@ -27,6 +27,10 @@ class StandIn:
 
     def __init__(self):
         self.calls = 0
+        self.events: list[str] = []
+
+    def warm_up(self) -> None:
+        self.events.append("compile")
 
     def predict(self, img: np.ndarray) -> Detections:
         self.calls += 1
@@ -222,3 +226,41 @@ def test_an_empty_array_or_no_image_is_a_clear_error():
         predictor.draw(np.zeros((50, 100, 3), np.uint8), [])
     drawn = predictor.draw(np.zeros((50, 100, 3), np.uint8), dets)
     assert drawn.shape == (50, 100, 3) and drawn.any()
+
+
+def test_the_compile_is_done_before_the_progress_counts_images(source, tmp_path, monkeypatch):
+    """Issue: the first image's time held the network's compile, and the bar's rate with it."""
+    stand_in = StandIn()
+    original_predict, original_progress = stand_in.predict, sources_module.progress
+
+    def predict(img):
+        stand_in.events.append("image")
+        return original_predict(img)
+
+    def progress(items, *args, **kwargs):
+        stand_in.events.append("bar")
+        return original_progress(items, *args, **kwargs)
+
+    stand_in.predict = predict
+    monkeypatch.setattr(sources_module, "progress", progress)
+    predict_source(stand_in, str(source / "a"), str(tmp_path / "run"))
+    assert stand_in.events == ["compile", "bar", "image"]
+
+
+def test_a_file_name_that_is_not_utf8_is_read_and_written_as_it_is(tmp_path):
+    """Issue: predict.py on such a name crashed inside OpenCV (exit 139)."""
+    folder = os.fsencode(tmp_path / "in")
+    os.makedirs(folder)
+    ok, jpeg = cv2.imencode(".jpg", np.full((20, 30, 3), 90, np.uint8))
+    with open(folder + b"/caf\xe9.jpg", "wb") as f:
+        f.write(jpeg.tobytes())
+    write_video(tmp_path / "clip.mp4", 3)
+    os.rename(tmp_path / "clip.mp4", folder + b"/cl\xefp.mp4")
+    out = tmp_path / "run"
+    done = predict_source(StandIn(), str(tmp_path / "in"), str(out), save_txt=True)
+    name, video = os.fsdecode(b"caf\xe9.jpg"), os.fsdecode(b"cl\xefp.mp4")
+    assert done["images"] == 1 and done["videos"] == {video: 3} and done["skipped"] == []
+    assert cv2.imdecode(np.fromfile(os.path.join(out, name), np.uint8), 1).shape == (20, 30, 3)
+    assert frames_in(out / video) == 3
+    assert os.path.isfile(os.path.join(out, "labels", os.fsdecode(b"caf\xe9.txt")))
+    assert list(json.loads((out / "predictions.json").read_text())) == [name]
