@@ -17,6 +17,7 @@ import os
 import shutil
 from typing import Any
 
+from msdet.common.cache import make_cache_folder
 from msdet.ops.cpu_kernels import user_cache_dir
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def compile_cache_folder(
 def enable_compile_cache(key: str, device: str, kernels: str | None, version: str) -> str:
     """Turn on MindSpore's persistent compile cache in this configuration's own folder."""
     folder = compile_cache_folder(user_cache_dir("graphs"), key, device, kernels, version)
+    make_cache_folder(folder)  # a clear error naming MSDET_CACHE_DIR
     os.environ.update(dict(zip(COMPILE_CACHE_VARS, ("1", folder))))
     log.info("compile cache: graphs kept in %s", folder)
     return folder

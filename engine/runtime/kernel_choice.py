@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msdet.common.cache import make_cache_folder
 from msdet.engine.runtime import kernel_benchmarks as bench
 from msdet.ops.cpu_kernels import KERNELS, kernels_text
 
@@ -263,7 +264,7 @@ def headline(record: Mapping[str, Any]) -> str:
 def _locked(path: str) -> Iterator[None]:
     import fcntl
 
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    make_cache_folder(os.path.dirname(path) or ".")  # a clear error naming MSDET_CACHE_DIR
     with open(path, "w", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from msdet.data.build import build_sources
+from msdet.data.labels_plot import write_labels_plot
 from msdet.data.pipeline import build_train_dataset
 from msdet.data.summary import summarise_annotations
 from msdet.engine.evaluation.coco import METRICS_FILE
@@ -162,8 +163,11 @@ def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         ", ".join(train_src.class_names),
     )
     # The annotation summary's first lines (python -m msdet.data.check prints all of it).
-    for line in summarise_annotations(train_src, tuple(int(v) for v in cfg.train.input_size)):
+    input_size = tuple(int(v) for v in cfg.train.input_size)
+    for line in summarise_annotations(train_src, input_size):
         log.info("%s", line)
+    if rt.is_main:  # the train split's boxes at the training input, as Ultralytics draws them
+        write_labels_plot(train_src, input_size, rt.run_dir)
     if cfg.runtime.compile_cache:
         import mindspore as ms
 
