@@ -149,6 +149,12 @@ class RunPlan:
         """Whether epoch ``epoch`` (1-based) ends with an evaluation."""
         return int(epoch) in self.eval_epochs
 
+    def evaluations_before(self, batches: int, start_epoch: int = 0) -> tuple[int, ...]:
+        """The evaluations after ``start_epoch`` that come before ``batches`` training
+        batches (BatchNorm's settling: ``models.layers.batchnorm_settling_steps``)."""
+        calls = self.schedule.calls_per_epoch
+        return tuple(e for e in self.eval_epochs if start_epoch < e and e * calls < batches)
+
     def describe(self) -> list[str]:
         """The run's header, one line each."""
         s = self.schedule
@@ -218,6 +224,7 @@ def plan_run(
     process environment (the compile cache may be switched on there)."""
     env = os.environ if environ is None else environ
     tcfg, rcfg = cfg.train, cfg.runtime
+    check_class_count(cfg.model, data)
     loop = Loop.parse(rcfg.get("loop", "model"))
     mode = check_mode(loop, str(rcfg.mode))
     schedule = Schedule.from_config(tcfg, rt.world_size, data.train_images)
@@ -264,6 +271,18 @@ def plan_run(
         ranks=rt.world_size,
         notes=_notes(rt, profiling),
     )
+
+
+def check_class_count(model_cfg: Any, data: DataSummary) -> int:
+    """The dataset's class count, or an error naming both when ``model.num_classes`` is set
+    to another one."""
+    wanted = model_cfg.get("num_classes")
+    if wanted is not None and int(wanted) != len(data.class_names):
+        raise PlanError(
+            f"model.num_classes={wanted} but the dataset {data.name} has "
+            f"{len(data.class_names)} classes: set model.num_classes=null to take the dataset's"
+        )
+    return len(data.class_names)
 
 
 def check_mode(loop: Loop, mode: str) -> str:

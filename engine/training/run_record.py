@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,3 +145,11 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
         axes.flat[0].legend(loc="best", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def carry_history(ckpt_path: str, run_dir: str) -> None:
+    """Resuming another run's checkpoint: bring its results.csv into this run folder."""
+    old_dir = os.path.dirname(os.path.dirname(os.path.abspath(ckpt_path)))
+    src, dst = os.path.join(old_dir, RESULTS_CSV), os.path.join(run_dir, RESULTS_CSV)
+    if os.path.abspath(old_dir) != os.path.abspath(run_dir) and os.path.isfile(src):
+        shutil.copy(src, dst)

@@ -8,10 +8,7 @@ callbacks are chosen in ``engine.training.hooks``, the training step Cell is in
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +19,6 @@ from msdet.data.build import build_sources
 from msdet.data.labels_plot import write_labels_plot
 from msdet.data.pipeline import build_train_dataset
 from msdet.data.summary import summarise_annotations
-from msdet.engine.evaluation.coco import METRICS_FILE
 from msdet.engine.runtime.amp import apply_amp
 from msdet.engine.runtime.compiler import (
     collect_compile_failure,
@@ -39,7 +35,7 @@ from msdet.engine.training.jit_loop import JitLoop
 from msdet.engine.training.loops import ModelLoop, TrainLoop
 from msdet.engine.training.plan import DataSummary, Loop, RunPlan, StartKind, plan_run
 from msdet.engine.training.resume import load_resume_source
-from msdet.engine.training.run_record import RESULTS_CSV, read_results
+from msdet.engine.training.run_record import carry_history, read_results
 from msdet.engine.training.step import build_train_step
 from msdet.engine.training.validation import TrainingEvaluation
 from msdet.models.description import DESCRIPTION_KEY, describe
@@ -126,7 +122,7 @@ def run_training(
     callbacks = build_callbacks(cfg, plan, rt, state, parts)
     log_header(cfg, plan, rt, fine_tuning.start, start_epoch)
     if plan.start.kind is StartKind.FINISHED:
-        return _finished_run(rt, evaluation, plan.epochs, accepted)
+        return evaluation.finished_run(plan.epochs, accepted)
     if accepted is not None:
         accepted()
 
@@ -153,7 +149,7 @@ def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
     """The train and val sources, reported in the log; the compile cache keyed by their
     class count (it sets the head's shapes)."""
     train_src, val_src = build_sources(cfg.data)
-    num_classes = check_class_count(cfg.model, train_src)
+    num_classes = train_src.num_classes
     log.info(
         "data %s: %d train / %d val images, %d classes: %s",
         cfg.data.name,
@@ -174,18 +170,6 @@ def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
         key = training_graph_key(cfg, num_classes)
         enable_compile_cache(key, rt.device, rt.kernels.key, ms.__version__)
     return train_src, val_src
-
-
-def check_class_count(model_cfg: Any, source: Any) -> int:
-    """The dataset's class count, or an error naming both when ``model.num_classes`` is set
-    to another one."""
-    wanted = model_cfg.get("num_classes")
-    if wanted is not None and int(wanted) != source.num_classes:
-        raise ValueError(
-            f"model.num_classes={wanted} but the dataset ({source.ann_file}) has "
-            f"{source.num_classes} classes: set model.num_classes=null to take the dataset's"
-        )
-    return source.num_classes
 
 
 def _train_dataset(cfg: Any, plan: RunPlan, rt: Runtime, train_src: Any, start_epoch: int) -> Any:
@@ -216,34 +200,8 @@ def _resume(train_step: Any, source: Any, plan: RunPlan, rt: Runtime) -> Any:
         float(s.lrs[min(resume.global_step, len(s.lrs) - 1)]),
     )
     if rt.is_main:
-        _carry_history(resume.path, rt.run_dir)
+        carry_history(resume.path, rt.run_dir)
     return resume
-
-
-def _finished_run(
-    rt: Runtime,
-    evaluation: TrainingEvaluation,
-    epochs: int,
-    accepted: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """A resumed run that had trained all its epochs: its final metrics (the folder left
-    as it is), or, when a kill stopped it before they were written, its final evaluation
-    now (``accepted()`` first)."""
-    path = os.path.join(rt.run_dir, METRICS_FILE)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            metrics = json.load(f)
-        log.info(
-            "this run is finished: all %d epochs trained, final metrics in %s; to train "
-            "longer, resume with a larger train.epochs",
-            epochs,
-            path,
-        )
-        return metrics
-    log.info("all %d epochs trained; the final evaluation is missing: evaluating now", epochs)
-    if accepted is not None:
-        accepted()
-    return evaluation.final(last_was_best=False)
 
 
 def checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
@@ -292,30 +250,21 @@ def _note_early_evaluations(plan: RunPlan, start_epoch: int) -> None:
     gives infinite box sizes and val losses in the hundreds while the training loss falls
     as usual (docs/training.md)."""
     settled = batchnorm_settling_steps()
-    calls = plan.schedule.calls_per_epoch
-    early = [e for e in range(start_epoch + 1, plan.epochs + 1)
-             if e * calls < settled and plan.evaluates(e)]  # fmt: skip
-    if early:
-        which = (
-            f"evaluation of epoch {early[0]} scores"
-            if len(early) == 1
-            else f"evaluations of epochs {', '.join(map(str, early))} score"
-            if len(early) <= 3
-            else f"evaluations of epochs {early[0]} to {early[-1]} score"
-        )
-        log.info(
-            "evaluation: from scratch, BatchNorm's running statistics keep over 5%% of their "
-            "initial values for %d training batches (YOLOX's momentum 0.03): the %s a network "
-            "not yet itself in inference mode (mAP near 0, val losses in the hundreds), "
-            "whatever the data",
-            settled - 1,
-            which,
-        )
-
-
-def _carry_history(ckpt_path: str, run_dir: str) -> None:
-    """Resuming another run's checkpoint: bring its results.csv into this run folder."""
-    old_dir = os.path.dirname(os.path.dirname(os.path.abspath(ckpt_path)))
-    src, dst = os.path.join(old_dir, RESULTS_CSV), os.path.join(run_dir, RESULTS_CSV)
-    if os.path.abspath(old_dir) != os.path.abspath(run_dir) and os.path.isfile(src):
-        shutil.copy(src, dst)
+    early = plan.evaluations_before(settled, start_epoch)
+    if not early:
+        return
+    which = (
+        f"evaluation of epoch {early[0]} scores"
+        if len(early) == 1
+        else f"evaluations of epochs {', '.join(map(str, early))} score"
+        if len(early) <= 3
+        else f"evaluations of epochs {early[0]} to {early[-1]} score"
+    )
+    log.info(
+        "evaluation: from scratch, BatchNorm's running statistics keep over 5%% of their "
+        "initial values for %d training batches (YOLOX's momentum 0.03): the %s a network "
+        "not yet itself in inference mode (mAP near 0, val losses in the hundreds), whatever "
+        "the data",
+        settled - 1,
+        which,
+    )

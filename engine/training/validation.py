@@ -10,6 +10,7 @@ scores are the same as one rank's (``tests/e2e/test_distributed.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -115,6 +116,26 @@ class TrainingEvaluation:
                 cfg.train,
                 rt.kernels,
             )
+
+    def finished_run(self, epochs: int, accepted: Callable[[], None] | None = None) -> dict:
+        """A resumed run that had trained all its epochs: its final metrics (the folder left
+        as it is), or, when a kill stopped it before they were written, its final evaluation
+        now (``accepted()`` first)."""
+        path = os.path.join(self.run_dir, METRICS_FILE)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                metrics = json.load(f)
+            log.info(
+                "this run is finished: all %d epochs trained, final metrics in %s; to train "
+                "longer, resume with a larger train.epochs",
+                epochs,
+                path,
+            )
+            return metrics
+        log.info("all %d epochs trained; the final evaluation is missing: evaluating now", epochs)
+        if accepted is not None:
+            accepted()
+        return self.final(last_was_best=False)
 
     def _current_weights(self) -> dict:
         """The weights training has reached: the EMA's averages, else the network's own."""

@@ -199,3 +199,9 @@ def test_the_start_is_scratch_pretrained_resumed_or_finished(monkeypatch):
 def test_too_few_images_for_a_batch_is_refused():
     with pytest.raises(ValueError, match="7 images are fewer than one batch of 8 per rank"):
         plan(data=DataSummary("tiny", 7, 2, ("a",)))
+
+
+def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
+    assert plan("model.num_classes=3").schedule.epochs == 7
+    with pytest.raises(PlanError, match=r"model.num_classes=80 but the dataset shapes has 3"):
+        plan("model.num_classes=80")

@@ -6,20 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
-    from types import SimpleNamespace
-
-    from omegaconf import OmegaConf
-
-    from msdet.engine.training.trainer import check_class_count
-
-    source = SimpleNamespace(num_classes=3, ann_file="annotations/instances_train.json")
-    assert check_class_count(OmegaConf.create({"num_classes": None}), source) == 3
-    assert check_class_count(OmegaConf.create({"num_classes": 3}), source) == 3
-    with pytest.raises(ValueError, match=r"model.num_classes=80 but the dataset .* has 3 classes"):
-        check_class_count(OmegaConf.create({"num_classes": 80}), source)
-
-
 def test_checkpoints_describe_the_size_they_are_evaluated_at():
     """A checkpoint's described input size is eval.img_size, the size its mAP was measured
     at and that predict.py and eval.py then run it at, not the training size."""
