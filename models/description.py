@@ -18,9 +18,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from msdet import __version__
+
 DESCRIPTION_KEY = "msdet_description"
 SCHEMA = 1
-MSDET_VERSION = "0.2.0"
+MSDET_VERSION = __version__  # what checkpoints record (the package's version)
 
 # The 80 COCO classes in YOLOX's order (the original's COCO_CLASSES) and their category ids
 # in COCO's annotation files (1..90 with gaps): what an official YOLOX checkpoint predicts.

@@ -67,7 +67,9 @@ def msdet_folders() -> list[Path]:
 
 
 def code_packages() -> set[str]:
-    return {
+    """msdet (the root's __init__.py) and every folder below it with an __init__.py."""
+    root = {"msdet"} if (ROOT / "__init__.py").is_file() else set()
+    return root | {
         ".".join(["msdet", *f.relative_to(ROOT).parts])
         for f in msdet_folders()
         if (f / "__init__.py").is_file()
@@ -76,7 +78,7 @@ def code_packages() -> set[str]:
 
 def data_files() -> set[str]:
     """Every non-Python file under msdet's packages and data folders, relative to the root."""
-    roots = {p.split(".")[1] for p in code_packages()} | set(DATA_FOLDERS)
+    roots = {p.split(".")[1] for p in code_packages() if "." in p} | set(DATA_FOLDERS)
     files = set()
     for folder in msdet_folders():
         rel = folder.relative_to(ROOT)
