@@ -2,7 +2,7 @@
 MindYOLO's settings or msdet's own.
 
     python -m msdet.bench.device [--settings msdet|mindyolo] [--data loader|synthetic]
-        [--cards N] [--steps 20] [--warmup 3] [model=yolox_s data.img_size=[640,640] ...]
+        [--loops model,jit] [--cards N] [--steps 20] [--warmup 3] [model=yolox_s ...]
     python -m msdet.bench.device --epochs 3 [--settings ...] [--cards N] [data=coco data.root=...]
 
 Settings (printed in the table):
@@ -26,8 +26,10 @@ all ranks, the graph compile time, peak device memory (MindSpore's pool on Ascen
 resident memory on CPU) and the machine. Several cards run through
 ``scripts/run_distributed_train.sh`` (msrun). ``--epochs N`` instead runs ``train.py`` for N
 epochs with the same settings and reports its figures from the run folder, mAP included,
-ms/step from its images/s. MindYOLO's published rows are printed below for comparison.
-The last line is ``RESULT {json}``.
+ms/step from its images/s. ``--loops model,jit`` times each training loop in turn, one row
+each, with the jit level and backend that loop's graphs ran at (a card's first run of both
+answers whether the jit loop's data sink runs and how fast). MindYOLO's published rows are
+printed below for comparison. The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -51,17 +53,17 @@ SETTINGS = {
     "msdet": ("runtime.jit_level=null", "runtime.amp=auto", "runtime.sink=auto"),
 }
 DATA = ("loader", "synthetic")
-COLUMNS = ("settings", "model", "cards", "batch/card", "img", "jit level", "amp", "sink", "data",
-           "ms/step", "img/s", "compile s", "peak mem GiB", "mAP")  # fmt: skip
+COLUMNS = ("settings", "loop", "model", "cards", "batch/card", "img", "jit level", "backend",
+           "amp", "sink", "data", "ms/step", "img/s", "compile s", "peak mem GiB", "mAP")  # fmt: skip
 # MindYOLO's published YOLOX rows (mindspore-lab/mindyolo/configs/yolox/README.md, as of
 # 2025-08-21, MindSpore 2.5.0, graph mode, 8 cards x batch 8, 300 epochs; its AMP level and
 # data feeding are its train.py defaults), in the columns above.
 MINDYOLO_ROWS = (
-    ("MindYOLO 910B", "yolox_s", 8, 8, "640x640", "O2", "O0", "no", "loader",
+    ("MindYOLO 910B", "model", "yolox_s", 8, 8, "640x640", "O2", "GE", "O0", "no", "loader",
      101.26, 632.04, 305.18, "", 41.0),
-    ("MindYOLO 910A", "yolox_nano", 8, 8, "416x416", "O2", "O0", "no", "loader",
+    ("MindYOLO 910A", "model", "yolox_nano", 8, 8, "416x416", "O2", "GE", "O0", "no", "loader",
      138.84, 460.96, 202.49, "", 24.1),
-    ("MindYOLO 910A", "yolox_s", 8, 8, "640x640", "O2", "O0", "no", "loader",
+    ("MindYOLO 910A", "model", "yolox_s", 8, 8, "640x640", "O2", "GE", "O0", "no", "loader",
      243.99, 262.31, 202.46, "", 40.7),
 )  # fmt: skip
 
@@ -129,7 +131,9 @@ def table_row(result: dict) -> tuple:
     sink = run.get("sink")
     values = {
         **result,
+        "loop": run.get("loop", ""),
         "jit level": run.get("jit_level", ""),
+        "backend": run.get("backend", ""),
         "amp": run.get("amp", ""),
         "sink": "" if sink is None else ("yes" if sink else "no"),
         "data": result.get("data", ""),
@@ -145,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=20, help="timed steps (step mode)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=0, help="run train.py for N epochs instead")
+    parser.add_argument("--loops", default=None, help="time each of these loops: model,jit")
     parser.add_argument("overrides", nargs="*", help="config settings, e.g. model=yolox_s")
     args = parser.parse_args(argv)
     print_header(f"msdet on this machine, MindYOLO's columns ({args.cards} card(s), "
@@ -171,11 +176,20 @@ def main(argv: list[str] | None = None) -> dict:
         )
     else:
         timing = [f"--steps={args.steps}", f"--warmup={args.warmup}", f"--data={args.data}"]
-        launch(STEP_ENTRY, args.cards, [*timing, *overrides], run_dir)
-        with open(os.path.join(run_dir, RESULT_FILE), encoding="utf-8") as f:
-            result = {"mode": "step", **json.load(f)}
+        loops = args.loops.split(",") if args.loops else [None]
+        results = []
+        for loop in loops:  # each in its own processes: a loop sets the process's mode
+            chosen = [f"runtime.loop={loop}"] if loop else []
+            folder = os.path.join(run_dir, loop or "run")
+            launch(STEP_ENTRY, args.cards, [*timing, *overrides, *chosen], folder)
+            with open(os.path.join(folder, RESULT_FILE), encoding="utf-8") as f:
+                results.append({"mode": "step", **json.load(f)})
+        result = results[0] if len(results) == 1 else {"mode": "step", "loops": results}
+    rows = result.get("loops", [result])
+    for row in rows:
+        row.update(settings=args.settings, cards=args.cards)
     result.update(settings=args.settings, cards=args.cards, overrides=overrides, run_dir=run_dir)
-    print(format_rows([table_row(result)]))
+    print(format_rows([table_row(row) for row in rows]))
     print(
         "\nMindYOLO's published rows (mindspore-lab/mindyolo/configs/yolox/README.md, "
         "MindSpore 2.5.0; 300 epochs):"

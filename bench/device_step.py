@@ -1,11 +1,13 @@
 """``bench.device``'s per-rank step benchmark, one process per rank:
 ``device_step.py [--steps N] [--warmup N] [--data loader|synthetic] key=value ...``.
 
-The steps run as a training run runs them: from the host loop, one batch fetched per step
-(no data sinking), or, where MindSpore really sinks data (``Runtime.sink_effective``: Ascend),
-in sinks of ``--steps`` steps through ``Model.train``. Either way the time is wall time over
-the timed steps, the data feeding included, synchronised once at the end (as a run's
-step-time log sees it)."""
+The steps run as a training run of ``runtime.loop`` runs them (its plan and loop object:
+``engine.training.plan``, ``engine.training.loops``, so its mode and each graph's backend):
+from the host loop, one batch fetched per step (no data sinking), or, where MindSpore really
+sinks data (``Runtime.sink_effective``: Ascend), in sinks of ``--steps`` steps through
+``Model.train`` or, under ``runtime.loop=jit``, ``mindspore.data_sink``. Either way the time
+is wall time over the timed steps, the data feeding included, synchronised once at the end
+(as a run's step-time log sees it)."""
 
 from __future__ import annotations
 
@@ -87,19 +89,29 @@ def host_loop(step, dataset, steps: int, warmup: int) -> tuple[float, float, lis
     return max(first - total / steps, 0.0), total / steps, times
 
 
-def sunk_loop(step, dataset, steps: int) -> tuple[float, float, list[float]]:
+def sunk_loop(step, dataset, steps: int, jit_backend=None) -> tuple[float, float, list[float]]:
     """(compile seconds, seconds per step, each sink's seconds): two sinks of ``steps``
-    steps through ``Model.train``, the first of which compiles."""
+    steps through ``Model.train``, or through ``mindspore.data_sink`` with ``jit_backend``
+    (the jit loop's), the first of which compiles."""
     from mindspore.train import Callback, Model
 
     ends: list[float] = []
-
-    class SinkEnds(Callback):
-        def on_train_epoch_end(self, run_context):
-            ends.append(time.perf_counter())
-
     started = time.perf_counter()
-    Model(step).train(2, dataset, callbacks=[SinkEnds()], dataset_sink_mode=True, sink_size=steps)
+    if jit_backend is not None:
+        from msdet.engine.training.jit_loop import device_sink
+
+        sink = device_sink(step, dataset, steps, jit_backend)
+        for _ in range(2):
+            sink()[0].asnumpy()
+            ends.append(time.perf_counter())
+    else:
+
+        class SinkEnds(Callback):
+            def on_train_epoch_end(self, run_context):
+                ends.append(time.perf_counter())
+
+        Model(step).train(2, dataset, callbacks=[SinkEnds()], dataset_sink_mode=True,
+                          sink_size=steps)  # fmt: skip
     first, second = ends[0] - started, ends[1] - ends[0]
     return max(first - second, 0.0), second / steps, [first, second]
 
@@ -113,22 +125,35 @@ def main(run: Run, steps: int, warmup: int, data: str) -> None:
 
     from msdet.engine.runtime.amp import apply_amp
     from msdet.engine.runtime.memory import release_free_heap
+    from msdet.engine.training.jit_loop import compiled_step
+    from msdet.engine.training.plan import DataSummary, Loop, plan_run
     from msdet.engine.training.schedule import yolox_lr_schedule
+    from msdet.engine.training.trainer import build_loop
     from msdet.models.loss import YOLOXLoss
     from msdet.models.yolox import build_model
 
     batch, (h, w) = int(cfg.train.batch_size), image_size(cfg)
-    net = apply_amp(build_model(cfg.model, NUM_CLASSES, rt.kernels), rt)
     sinking = rt.sink_effective
     count = 2 * steps if sinking else 1 + warmup + steps
+    classes = tuple(str(i) for i in range(NUM_CLASSES))
+    plan = plan_run(cfg, rt, DataSummary("bench", count * batch * rt.world_size, 1, classes))
+    loop = build_loop(plan, rt)  # the loop's mode, context and gradient reducer
+    net = apply_amp(build_model(cfg.model, NUM_CLASSES, rt.kernels), rt)
     lrs = yolox_lr_schedule(0.01, count + 2, 1, 0, 0)
-    step = train_py_step(net, YOLOXLoss(NUM_CLASSES, kernels=rt.kernels), lrs, cfg, rt)
+    step = train_py_step(net, YOLOXLoss(NUM_CLASSES, kernels=rt.kernels), lrs, cfg, rt,
+                         grad_reducer=loop.gradient_reducer)  # fmt: skip
+    jit = plan.loop is Loop.JIT
     if data == "synthetic":
         dataset = synthetic_batches(cfg, batch, count, rt.rank)
     else:
         dataset = loader_batches(cfg, rt, batch, count)
-    compile_s, step_s, times = (sunk_loop(step, dataset, steps) if sinking
-                                else host_loop(step, dataset, steps, warmup))  # fmt: skip
+    if sinking:
+        compile_s, step_s, times = sunk_loop(step, dataset, steps,
+                                             plan.backends["sink"] if jit else None)  # fmt: skip
+    else:
+        run_step = compiled_step(step, plan.backends["train"]) if jit else step
+        compile_s, step_s, times = host_loop(run_step, dataset, steps, warmup)
+    backend = plan.backends["sink" if sinking else "train"]
     release_free_heap()
     if not rt.is_main:
         return
@@ -144,12 +169,13 @@ def main(run: Run, steps: int, warmup: int, data: str) -> None:
         "peak mem GiB": round((device_peak or peak_rss_mb() * 2**20) / 2**30, 2),
         "peak_mem_kind": "device memory pool" if device_peak else "host resident (RSS)",
         "run": {
-            "jit_level": rt.jit_level,
-            "backend": rt.backend,
+            "loop": plan.loop.value,
+            "jit_level": backend.jit_level,
+            "backend": backend.runs,
             "amp": rt.amp_level,
             "sink": sinking,
             "loss_scale": rt.loss_scale if rt.amp_level != "O0" else 1.0,
-            "mode": rt.mode,
+            "mode": plan.mode,
         },
         "machine": {
             "device": rt.device,

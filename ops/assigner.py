@@ -30,7 +30,10 @@ every candidate's. Float16's spacing is 16 at the penalty, so the k cheapest are
 from that cost: one TopK ranks the pairs in both regions, another the other candidates, each
 by its class + IoU cost less its ground truth's smallest, where float16 is finest (measured
 on 16 real batches: 745 of 745 matched anchors as in float32; with the penalty in the keys,
-710 of 769).
+710 of 769). Step 4 picks an anchor's ground truth the same way: those with the anchor in
+both regions first, then the other candidates, each by its class + IoU cost less the
+anchor's smallest (an ArgMin over the penalised costs, as the 910A's float16 would see them,
+tied ground truths 16 apart).
 
 When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, three compiled operators
 do most of the work: steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two
@@ -224,9 +227,12 @@ class SimOTAAssigner(nn.Cell):
         take = (rank < dynamic_k.expand_dims(-1)).astype(ms.float32) * valid
         matching = ops.tensor_scatter_elements(ops.zeros_like(cost), cheapest, take, axis=2)
 
-        # 4. Anchors claimed more than once go to their lowest-cost ground truth.
+        # 4. Anchors claimed more than once go to their lowest-cost ground truth: the order
+        # of `cost` (in both regions first) by keys float16 keeps, as step 3's.
         multiple = (ops.bmm(ones_m, matching) > 1.5).astype(ms.float32)  # [B, 1, A]
-        best = ops.one_hot(ops.argmin(cost, 1), m, 1.0, 0.0, axis=1)  # [B, M, A]
+        inside_any = ops.bmm(ones_m, inside.astype(ms.float32)) > 0.5  # [B, 1, A]
+        members = ops.select(ops.broadcast_to(inside_any, inside.shape), inside, other)
+        best = ops.one_hot(ops.argmin(_ranking_key(base, members, 1), 1), m, 1.0, 0.0, axis=1)
         matching = matching + multiple * (best - matching)
 
         fg = ops.bmm(ones_m, matching).reshape(b, a)  # 0 or 1 now
@@ -327,14 +333,15 @@ def simota_match_op(library: str):
     return aot_op(library, "SimotaMatch", _match_shapes, _match_dtypes, bprop=bprop)
 
 
-def _ranking_key(base, members):
-    """``base`` less its smallest over the ``members`` of each ground truth's row (so the
-    cheapest member is 0), ``EXCLUDED_COST`` elsewhere: the same order as ``base`` among
-    the members (subtracting one value keeps float32's order) in the range where float16,
-    the 910A's TopK dtype, is finest."""
+def _ranking_key(base, members, axis: int = -1):
+    """``base`` less its smallest over the ``members`` along ``axis`` (each ground truth's
+    anchors, or each anchor's ground truths: the cheapest member is 0), ``EXCLUDED_COST``
+    elsewhere: the same order as ``base`` among the members (subtracting one value keeps
+    float32's order) in the range where float16, the 910A's TopK and ArgMin dtype, is
+    finest."""
     excluded = ops.full_like(base, EXCLUDED_COST)
     masked = ops.select(members, base, excluded)
-    lowest = -(-masked).max(axis=-1, keepdims=True)  # ReduceMax: a kernel on every chip
+    lowest = -(-masked).max(axis=axis, keepdims=True)  # ReduceMax: a kernel on every chip
     return ops.select(members, masked - lowest, excluded)
 
 

@@ -38,12 +38,13 @@ OLDEST, FIRST_UNSUPPORTED = (2, 7), (2, 11)  # requirements.txt: mindspore>=2.7,
 # 2.10.0: the CANN its wheel's own Ascend C kernels were built with
 # (lib/plugin/ascend/custom_ascendc_910b/version.info: custom_opp_compiler_version=9.1.0);
 # it accepts CANN 8.2-9.1 (run_check/_check_version.py). 2.8.0 is in no MindSpore
-# Transformers table; its wheel's kernels were built with CANN 8.5.0 (the same
-# version.info) and it accepts CANN 8.2-8.5 (its _check_version.py).
+# Transformers table; its wheel's kernels were built with a CANN 8.5 build (the same
+# version.info: custom_opp_compiler_version=8.5.T5.0.B029, no released version) and it
+# accepts CANN 8.2-8.5 (its _check_version.py): CANN 8.5, any release of it.
 CANN_PAIRINGS: dict[str, tuple[str, str | None]] = {
     "2.10.0": ("9.1", None),
     "2.9.0": ("9.0.0", "26.0.RC1"),
-    "2.8.0": ("8.5.0", None),
+    "2.8.0": ("8.5", None),
     "2.7.2": ("8.5.0", "25.5.0"),
     "2.7.1": ("8.3.RC1", "25.3.RC1"),
     "2.7.0": ("8.2.RC1", "25.2.0"),

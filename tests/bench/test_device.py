@@ -40,12 +40,14 @@ def test_ms_per_step_matches_mindyolos_own_rows():
 def test_the_table_prints_the_settings_and_ms_per_step():
     result = {"settings": "mindyolo", "model": "yolox_s", "cards": 8, "batch/card": 8,
               "img": "640x480", "data": "loader", "ms/step": 101.3, "img/s": 632.0,
-              "run": {"jit_level": "O2", "amp": "O0", "sink": False}}  # fmt: skip
+              "run": {"loop": "model", "jit_level": "O2", "backend": "GE graph sink",
+                      "amp": "O0", "sink": False}}  # fmt: skip
     row = device.table_row(result)
-    assert row[:10] == ("mindyolo", "yolox_s", 8, 8, "640x480", "O2", "O0", "no", "loader", 101.3)
+    assert row[:12] == ("mindyolo", "model", "yolox_s", 8, 8, "640x480", "O2", "GE graph sink",
+                        "O0", "no", "loader", 101.3)  # fmt: skip
     text = device.format_rows([row, *device.MINDYOLO_ROWS])
     header, mine, *published = text.splitlines()
-    assert header.split()[:6] == ["settings", "model", "cards", "batch/card", "img", "jit"]
+    assert header.split()[:7] == ["settings", "loop", "model", "cards", "batch/card", "img", "jit"]
     assert "101.3" in mine and "no" in mine.split()
     assert published[0].split()[:2] == ["MindYOLO", "910B"] and "305.18" in published[0]
 
@@ -65,11 +67,14 @@ def test_synthetic_batches_keep_height_and_width():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("settings, data", [("mindyolo", "loader"), ("msdet", "synthetic")])
-def test_bench_device_runs_on_cpu(tmp_path, settings, data):
+@pytest.mark.parametrize(
+    "settings, data, loops", [("mindyolo", "loader", "model"), ("msdet", "synthetic", "model,jit")]
+)
+def test_bench_device_runs_on_cpu(tmp_path, settings, data, loops):
     """Nano at 64x96 px, batch 2, two timed steps each way (~2 min each on 2 loaded cores)."""
     done = subprocess.run(
         [sys.executable, "-m", "msdet.bench.device", f"--settings={settings}", f"--data={data}",
+         f"--loops={loops}",
          "--steps=2", "--warmup=1", "model=yolox_nano", "data.img_size=[64,96]",
          "train.batch_size=2", "data.num_train=16", "data.num_val=2",
          f"data.cache_dir={tmp_path}", "runtime.cpu_kernels=native"],
@@ -78,8 +83,12 @@ def test_bench_device_runs_on_cpu(tmp_path, settings, data):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1].removeprefix("RESULT "))
-    assert result["img"] == "64x96" and result["data"] == data and result["ms/step"] > 0
-    want = {"mindyolo": ("O2", "O0"), "msdet": ("O0", "O0")}[settings]  # CPU: msdet's auto
-    assert (result["run"]["jit_level"], result["run"]["amp"]) == want
-    assert result["run"]["sink"] is False and len(result["timed_s"]) == 2
+    rows = result.get("loops", [result])
+    assert [r["run"]["loop"] for r in rows] == loops.split(",")
+    for r in rows:
+        assert r["img"] == "64x96" and r["data"] == data and r["ms/step"] > 0
+        want = {"mindyolo": ("O2", "O0"), "msdet": ("O0", "O0")}[settings]  # CPU: msdet's auto
+        assert (r["run"]["jit_level"], r["run"]["amp"]) == want
+        assert r["run"]["backend"] in ("kernel by kernel", "ms_backend, whole graph")
+        assert r["run"]["sink"] is False and len(r["timed_s"]) == 2
     assert "MindYOLO 910B" in done.stdout and settings in done.stdout

@@ -1,5 +1,5 @@
-"""SimOTA's assignment on real batches in float32 and with its cost TopK in float16 (the
-910A, whose TopK kernels take float16 only, runs it so under allow_fp32_to_fp16), printed
+"""SimOTA's assignment on real batches in float32 and with its cost TopK and ArgMin in float16
+(the 910A, whose TopK kernels take float16 only, runs it so under allow_fp32_to_fp16), printed
 as JSON: per batch the anchors matched in either run and those matched to the same ground
 truth in both (``python -m tests.ops.assigner_fp16_probe DATA_DIR [BATCHES]``).
 
@@ -18,17 +18,21 @@ import numpy as np
 
 def assign(assigner_module, raw, grids, strides, targets, mask, num_classes, float16_topk):
     """fg [B, A] and matched ground truth [B, A] of SimOTA on MindSpore's operators, in
-    PyNative mode, its TopK given float16 inputs where ``float16_topk``."""
+    PyNative mode, its TopK and ArgMin given float16 inputs where ``float16_topk``."""
     from msdet.ops.boxes import decode_boxes
 
     ops = assigner_module.ops
-    real_topk = ops.topk
+    real_topk, real_argmin = ops.topk, ops.argmin
 
     def narrowed_topk(x, k, dim=-1, *args, **kwargs):
         values, index = real_topk(x.astype(ms.float16), k, dim, *args, **kwargs)
         return values.astype(ms.float32), index
 
+    def narrowed_argmin(x, *args, **kwargs):
+        return real_argmin(x.astype(ms.float16), *args, **kwargs)
+
     ops.topk = narrowed_topk if float16_topk else real_topk
+    ops.argmin = narrowed_argmin if float16_topk else real_argmin
     try:
         boxes = decode_boxes(ms.Tensor(raw[..., :4]), ms.Tensor(grids), ms.Tensor(strides))
         fg, matched_gt, _, _ = assigner_module.SimOTAAssigner(num_classes)(
@@ -37,7 +41,7 @@ def assign(assigner_module, raw, grids, strides, targets, mask, num_classes, flo
             ms.Tensor(mask),
         )  # fmt: skip
     finally:
-        ops.topk = real_topk
+        ops.topk, ops.argmin = real_topk, real_argmin
     return fg.asnumpy() > 0.5, matched_gt.asnumpy()
 
 

@@ -41,7 +41,7 @@ def test_numpy_2_and_wrong_mindspore_are_flagged(monkeypatch):
     "version, pairs",
     [
         ("2.9.0", "CANN 9.0.0, driver 26.0.RC1"),
-        ("2.8.0", "CANN 8.5.0"),
+        ("2.8.0", "CANN 8.5"),
         ("2.7.2", "CANN 8.5.0, driver 25.5.0"),
         ("2.7.1.post1", "CANN 8.3.RC1, driver 25.3.RC1"),
     ],

@@ -17,7 +17,8 @@ aclnn kernel where MindSpore dispatches to one) and looks it up in the chip's ta
 operator in float16, the inputs' largest magnitude in a few real training steps
 (:mod:`.values`) must fit float16. One table per chip is printed and a JSON report written;
 the exit status is 1 when any operator will not compile or overflows, or is a primitive the
-mapping does not hold (a closed world: what the check cannot place fails), unless a waiver
+mapping does not hold (what the check cannot place fails: it does not assume its mapping is
+complete), unless a waiver
 (``data/waivers.json`` or ``--waivers``) accepts it with a reason.
 
 Depthwise convolutions: older MindSpore Ascend backends rewrote them into CANN's depthwise

@@ -4,7 +4,7 @@ operators it can lead to (what the bundled tables must hold).
 ``data/ms_to_cann.json`` is derived from MindSpore's adapter sources by :mod:`.ms_mapping`;
 :data:`CANN_RENAMES` lists the operator types CANN's own graph passes turn an operator into.
 ``data/waivers.json`` lists the findings a person accepted, each with the reason
-(:func:`load_waivers`): the check is a closed world, and anything it cannot place fails
+(:func:`load_waivers`): the check does not assume its mapping is complete: anything it cannot place fails
 unless waived there.
 """
 

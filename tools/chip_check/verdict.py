@@ -20,8 +20,8 @@ Atlas training series only where its API is shown to run there, :data:`ACLNN_CHI
 ``nop`` (a reshape: no kernel), ``unknown`` (the tables cannot tell: dtypes decided by
 ``op_select_format`` and not emulated), ``unverified`` (mapped, but MindSpore's sources show
 no way for the backend to compile it: no GE adapter and no GE fallback; or its CANN operator
-is missing from the bundled tables: "may not compile" fails), ``unmapped`` (a primitive the mapping was not derived for: the check is a closed world, so
-this fails), ``control-flow`` (a branch in a graph that data sinking runs on the device:
+is missing from the bundled tables: "may not compile" fails), ``unmapped`` (a primitive the mapping was not derived for: the check does not assume its mapping is
+complete, so this fails), ``control-flow`` (a branch in a graph that data sinking runs on the device:
 fails), ``waived`` (a failing verdict a person accepted in ``data/waivers.json``, with
 the reason).
 """

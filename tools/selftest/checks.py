@@ -176,34 +176,51 @@ def check_overflow(step: Any, rt: Any, ref: dict) -> Check:
 def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Check:
     """The training loop (``Model.train``, or msdet's jit loop over ``mindspore.data_sink``)
     with ``steps`` steps in one sink against the same steps fed one by one: the in-graph
-    statistics (loss sums, steps, skips) and the final weights agree."""
+    statistics (loss sums, steps, skips) and the final weights agree. Its note says in one
+    line whether the sink ran (one step-end call for the ``steps`` steps: MindSpore falls back
+    to feeding each step silently) and on which jit level and backend."""
     if not rt.sink_effective:
         return skipped(
             "data sinking (sink_size > 1)",
             f"needs Ascend: on {rt.device} MindSpore feeds every step from the host",
         )
     import mindspore.dataset as ds
-    from mindspore.train import Model
+    from mindspore.train import Callback, Model
 
     from msdet.engine.training.jit_loop import JitTrainLoop
     from msdet.engine.training.plan import Loop
     from msdet.engine.training.step_stats import read_and_reset
 
+    class StepEnds(Callback):
+        calls = 0
+
+        def on_train_step_end(self, run_context):
+            StepEnds.calls += 1
+
     batch = tuple(ref[k] for k in ("images", "targets", "mask"))
     results = {}
+    jit = rt.loop is Loop.JIT
+    backend = rt.loop_backend if jit else rt.graphs
     for sink in (True, False):
+        StepEnds.calls = 0
         step = train_step_cell(cfg, rt, weights, rt.amp_level)
         data = ds.GeneratorDataset(
             lambda: (batch for _ in range(steps)), ["images", "targets", "mask"]
         )
         if rt.loop is Loop.JIT:
             loop = JitTrainLoop(step, backend=rt.loop_backend, sink_size=steps if sink else 0)
-            run = lambda loop=loop, data=data: loop.train(1, data, [])  # noqa: E731
+            run = lambda loop=loop, data=data: loop.train(1, data, [StepEnds()])  # noqa: E731
         else:
             run = lambda step=step, data=data, sink=sink: Model(step).train(  # noqa: E731
-                1, data, dataset_sink_mode=sink, sink_size=steps if sink else -1
+                1,
+                data,
+                callbacks=[StepEnds()],
+                dataset_sink_mode=sink,
+                sink_size=steps if sink else -1,
             )
         (_, seconds) = timed(run)
+        if sink:
+            sink_calls = StepEnds.calls
         stats = read_and_reset(step.stats)
         weights_now = np.concatenate([p.asnumpy().ravel() for p in step.trainable_params()])
         results[sink] = (stats, weights_now, seconds)
@@ -212,7 +229,16 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
         np.array(list(sunk["sums"].values())), np.array(list(fed["sums"].values()))
     )
     weights_err = relative_error(w_sunk, w_fed)
-    ok = sunk["steps"] == fed["steps"] == steps and sums_err <= TOL_FP32 and weights_err <= TOL_FP32
+    ran = sink_calls == 1
+    ok = ran and sunk["steps"] == fed["steps"] == steps
+    ok = ok and sums_err <= TOL_FP32 and weights_err <= TOL_FP32
+    how = "mindspore.data_sink" if jit else "Model.train(dataset_sink_mode=True)"
+    note = (
+        f"the data sink ran: {steps} steps in one call through {how}, {backend.describe()}"
+        if ran
+        else f"the data sink did not run: {sink_calls} step-end calls for {steps} steps "
+        f"through {how} (MindSpore fed each step from the host)"
+    )
     return Check(
         "data sinking (sink_size > 1)",
         "passed" if ok else "failed",
@@ -223,9 +249,13 @@ def check_sink(cfg: Any, rt: Any, ref: dict, weights: str, steps: int = 4) -> Ch
             "weights_rel_error": weights_err,
             "sunk_s": round(t_sunk, 2),
             "fed_s": round(t_fed, 2),
+            "sink_calls": sink_calls,
+            "jit_level": backend.jit_level,
+            "backend": backend.runs,
         },
         TOL_FP32,
         t_sunk + t_fed,
+        note=note,
     )
 
 

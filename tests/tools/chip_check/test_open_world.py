@@ -1,4 +1,4 @@
-"""The chip check as a closed world: a primitive its mapping does not hold fails (exit 1)
+"""The chip check in an open world: a primitive its mapping does not hold fails (exit 1)
 unless a waiver accepts it with a reason; the mapping records its MindSpore sources."""
 
 from __future__ import annotations
