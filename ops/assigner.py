@@ -33,7 +33,8 @@ on 16 real batches: 745 of 745 matched anchors as in float32; with the penalty i
 710 of 769). Step 4 picks an anchor's ground truth the same way: those with the anchor in
 both regions first, then the other candidates, each by its class + IoU cost less the
 anchor's smallest (an ArgMin over the penalised costs, as the 910A's float16 would see them,
-tied ground truths 16 apart).
+tied ground truths 16 apart: 736 of 745 matched anchors as in float32 on the same batches,
+745 of 745 now).
 
 When ``ops.cpu_kernels`` has a library enabled for ``"assigner"``, three compiled operators
 do most of the work: steps 1 and 2's pairwise terms (the geometry masks, the IoU and the two

@@ -1,8 +1,8 @@
 """SimOTA's assignment with its cost TopK and ArgMin in float16, as the 910A runs it: the same
 anchors matched to the same ground truths as in float32, on real batches. Measured: before
 the two-key selection 710 of 769 anchors agreed (92.3%, 16 batches of 8 at 320 px); after,
-745 of 745 with the TopK in float16; with the ArgMin of step 4 in float16 too, the penalised
-costs it read tied ground truths (see the test's figures), the keys of step 3 do not."""
+745 of 745 with the TopK in float16. With step 4's ArgMin in float16 too, 736 of 745 while
+it read the penalised costs (ground truths 16 apart tied), 745 of 745 on step 3's keys."""
 
 from __future__ import annotations
 
