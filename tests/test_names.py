@@ -202,9 +202,9 @@ def missing_msdet_name(name: str, root: Path = ROOT, runnable: bool = False) -> 
     next part must be defined in it, and a part after a class must be one of its members.
     ``runnable``: ``python -m`` must be able to run it."""
     parts = name.split(".")[1:]
-    for k in range(len(parts), 0, -1):
-        path = module_file(parts[:k], root)
-        if path is not None:
+    for k in range(len(parts), -1, -1):
+        path = module_file(parts[:k], root) if k else root / "__init__.py"  # msdet itself
+        if path is not None and path.is_file():
             break
     else:
         shown = f"python -m {name}" if runnable else name
