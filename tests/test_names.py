@@ -29,7 +29,7 @@ from tests.support import ROOT as REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
 # msdet's packages: the first part of a bare module name (``engine.cli``).
-PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench")
+PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench", "dev")
 # The folders a repository path starts with (``configs/train/shapes.yaml``).
 FOLDERS = (*PACKAGES, "configs", "scripts", "docs", "tests")
 MARKDOWN = ("README.md", "BENCHMARKS.md", "CHANGELOG.md", "docs/*.md")

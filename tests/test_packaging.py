@@ -35,6 +35,9 @@ DATA_FOLDERS = ("configs", "scripts")
 NOT_SHIPPED = ("bench/results",)
 # What the tree holds besides msdet: not searched for packages or data.
 NOT_MSDET = ("tests", "docs", "runs", "outputs", "multirun", "build")
+# msdet's folders that stay in the repository: importable from a clone (the root is the
+# package msdet), not in the wheel: the maintainer tools.
+CLONE_ONLY = ("dev",)
 # msdet's folders that also import the PyTorch original (the parity tools and the benchmarks
 # against it), which README and requirements-dev.txt install beside msdet.
 NEEDS_THE_ORIGINAL = ("porting", "bench")
@@ -53,10 +56,11 @@ def package_folder(package: str) -> Path:
 
 
 def msdet_folders() -> list[Path]:
-    """Every folder of msdet in the tree (hidden ones, caches and non-msdet ones aside)."""
+    """Every folder of msdet's wheel in the tree (hidden ones, caches, non-msdet and clone-only
+    ones aside)."""
     found = []
     for top in sorted(ROOT.iterdir()):
-        if not top.is_dir() or top.name.startswith(".") or top.name in NOT_MSDET:
+        if not top.is_dir() or top.name.startswith(".") or top.name in NOT_MSDET + CLONE_ONLY:
             continue
         for folder, subfolders, _ in os.walk(top):
             subfolders[:] = sorted(
