@@ -5,6 +5,11 @@ name: ``msdet train model=yolox_s`` runs :func:`msdet.commands.train.main` with
 ``["model=yolox_s"]``, exactly as ``python train.py model=yolox_s`` from a clone. The
 command's own exit status is msdet's. Only the chosen command's module is imported, so
 ``msdet --help`` answers at once and no command loads another's dependencies.
+
+:data:`SUBCOMMANDS` is the one way in: the four entry points are modules of this package, the
+tools (``check``, ``doctor``, ``chip-check``, ``selftest``, ``convert``, ``compare``) the
+``main`` of the module ``python -m`` runs them as, each reached from here, none through a
+module of its own in ``commands/``. ``msdet --version`` prints ``msdet.__version__``.
 """
 
 from __future__ import annotations
@@ -78,9 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0
     if args[:1] == ["--version"]:
-        from msdet.models.description import MSDET_VERSION
+        from msdet import __version__
 
-        print(f"msdet {MSDET_VERSION}")
+        print(f"msdet {__version__}")
         return 0
     if not args:
         print(f"msdet: error: a command is needed\n\n{usage()}", file=sys.stderr)

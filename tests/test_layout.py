@@ -1,8 +1,10 @@
 """The architecture as the layout shows it: data flows one way,
 ``common -> data, models, ops -> engine -> tools, porting -> commands`` (the entry points: the
-``msdet`` command, which the root scripts call), with ``bench`` beside ``commands`` on top;
-inside ``engine``, ``runtime`` is the bottom. ``engine`` holds the training, evaluation,
-inference and runtime only; the tools (doctor, chip check, self-test) sit above it.
+``msdet`` command, which the root scripts call), with ``bench`` beside ``commands`` on top and
+``dev`` (the maintainer tools, not in the wheel) above everything: it may import any package,
+none may import it; inside ``engine``, ``runtime`` is the bottom. ``engine`` holds the
+training, evaluation, inference and runtime only; the tools (doctor, chip check, self-test)
+sit above it.
 
 Every import statement of every module is read (top level and inside functions), so a
 lower layer that reaches upward fails here, naming the file and the import. msdet is
@@ -24,15 +26,16 @@ from tests.support import ROOT as REPO_ROOT
 ROOT = Path(REPO_ROOT)
 # package (or engine sub-package) -> the msdet packages it must never import
 FORBIDDEN = {
-    "common": {"data", "models", "ops", "engine", "tools", "porting", "commands", "bench"},
-    "ops": {"data", "models", "engine", "tools", "porting", "commands", "bench"},
-    "data": {"models", "ops", "engine", "tools", "porting", "commands", "bench"},
-    "models": {"data", "engine", "tools", "porting", "commands", "bench"},
-    "engine": {"tools", "porting", "commands", "bench"},
-    "tools": {"porting", "commands", "bench"},
-    "porting": {"tools", "commands", "bench"},
-    "commands": {"bench"},
-    "bench": {"commands"},
+    "common": {"data", "models", "ops", "engine", "tools", "porting", "commands", "bench", "dev"},
+    "ops": {"data", "models", "engine", "tools", "porting", "commands", "bench", "dev"},
+    "data": {"models", "ops", "engine", "tools", "porting", "commands", "bench", "dev"},
+    "models": {"data", "engine", "tools", "porting", "commands", "bench", "dev"},
+    "engine": {"tools", "porting", "commands", "bench", "dev"},
+    "tools": {"porting", "commands", "bench", "dev"},
+    "porting": {"tools", "commands", "bench", "dev"},
+    "commands": {"bench", "dev"},
+    "bench": {"commands", "dev"},
+    "dev": set(),  # the maintainer tools, in a clone only: they may import anything
     "engine/runtime": {"engine.training", "engine.evaluation", "engine.inference", "engine.cli"},
     "engine/training": {"engine.inference", "engine.cli"},
     "engine/evaluation": {"engine.training", "engine.inference", "engine.cli"},

@@ -1,6 +1,6 @@
 """Every MindSpore name msdet's code reaches exists in the installed MindSpore
 (``tests.support.mindspore_surface``): CI runs this file under each supported release
-(scripts/check_mindspore.sh), so a name one release lacks fails before a card meets it."""
+(dev/check_mindspore.sh), so a name one release lacks fails before a card meets it."""
 
 from __future__ import annotations
 

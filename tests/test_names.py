@@ -29,7 +29,7 @@ from tests.support import ROOT as REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
 # msdet's packages: the first part of a bare module name (``engine.cli``).
-PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench")
+PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "bench", "dev")
 # The folders a repository path starts with (``configs/train/shapes.yaml``).
 FOLDERS = (*PACKAGES, "configs", "scripts", "docs", "tests")
 MARKDOWN = ("README.md", "BENCHMARKS.md", "CHANGELOG.md", "docs/*.md")
@@ -144,9 +144,10 @@ def every_text(root: Path = ROOT) -> list[Text]:
 
 
 def module_file(parts: list[str], root: Path = ROOT) -> Path | None:
-    """The file of the msdet module whose name is ``msdet`` and ``parts``, or None."""
+    """The file of the msdet module whose name is ``msdet`` and ``parts`` (none: the package
+    itself, the root's ``__init__.py``), or None."""
     if not parts:
-        return None
+        return root / "__init__.py" if (root / "__init__.py").is_file() else None
     base = root.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
@@ -203,8 +204,8 @@ def missing_msdet_name(name: str, root: Path = ROOT, runnable: bool = False) -> 
     ``runnable``: ``python -m`` must be able to run it."""
     parts = name.split(".")[1:]
     for k in range(len(parts), -1, -1):
-        path = module_file(parts[:k], root) if k else root / "__init__.py"  # msdet itself
-        if path is not None and path.is_file():
+        path = module_file(parts[:k], root)
+        if path is not None and (k or parts and not runnable):
             break
     else:
         shown = f"python -m {name}" if runnable else name
@@ -418,14 +419,15 @@ def test_a_doc_that_names_what_does_not_exist_fails(tmp_path):
             "engine/__init__.py": "",
             "engine/cli.py": "class Run:\n    def __init__(self):\n        self.dir = 1\n\n\ndef run_command():\n    pass\n",
             "engine/tool.py": 'if __name__ == "__main__":\n    pass\n',
+            "__init__.py": '__version__ = "1.0"\n',
             "README.md": '# T\n\n## Quick start\n\nSee docs/guide.md and README "Quick start".\n',
             "docs/guide.md": (
                 "# Guide\n\n"
-                "`python -m msdet.engine.tool`, `msdet.engine.cli.run_command`, `msdet.engine.cli.Run.dir`,\n"
+                "`python -m msdet.engine.tool`, `msdet.engine.cli.run_command`, `msdet.engine.cli.Run.dir`, `msdet.__version__`,\n"
                 "`engine.cli`, `engine/cli.py` (`run_command`, `Run.dir`), [up](../README.md#quick-start).\n"
                 "`python -m msdet.engine.gone`\n"
                 "`python -m msdet.engine.cli`\n"
-                "msdet.engine.cli.nothing and msdet.engine.cli.Run.nothing\n"
+                "msdet.engine.cli.nothing and msdet.engine.cli.Run.nothing and msdet.nothing\n"
                 "``engine.gone`` and engine/gone.py\n"
                 "`engine/cli.py` (`run`)\n"
                 "[x](../README.md#nowhere), [y](other.md)\n"
@@ -444,6 +446,7 @@ def test_a_doc_that_names_what_does_not_exist_fails(tmp_path):
         "docs/guide.md:6: python -m msdet.engine.cli: engine/cli.py runs nothing as a script",
         "docs/guide.md:7: msdet.engine.cli.Run.nothing: Run in engine/cli.py has no nothing",
         "docs/guide.md:7: msdet.engine.cli.nothing: engine/cli.py defines no nothing",
+        "docs/guide.md:7: msdet.nothing: __init__.py defines no nothing",
         "docs/guide.md:8: engine.gone: no such msdet module or attribute (nor a config key)",
         "docs/guide.md:8: engine/gone.py: no such file or folder",
         "docs/guide.md:9: engine/cli.py defines no run",

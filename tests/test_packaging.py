@@ -13,6 +13,7 @@ import ast
 import glob
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,14 +31,14 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(REPO_ROOT)
 # Folders without Python that ship as data-only packages.
 DATA_FOLDERS = ("configs", "scripts")
-# Files in msdet's folders that msdet never reads, so they stay in the repository:
-# bench's recorded results.
-NOT_SHIPPED = ("bench/results",)
 # What the tree holds besides msdet: not searched for packages or data.
 NOT_MSDET = ("tests", "docs", "runs", "outputs", "multirun", "build")
-# msdet's folders that also import the PyTorch original (the parity tools and the benchmarks
-# against it), which README and requirements-dev.txt install beside msdet.
-NEEDS_THE_ORIGINAL = ("porting", "bench")
+# msdet's folders that stay in the repository: importable from a clone (the root is the
+# package msdet), not in the wheel: the maintainer tools and the benchmarks.
+CLONE_ONLY = ("dev", "bench")
+# msdet's folders that also import the PyTorch original (the parity tools), which README and
+# requirements-dev.txt install beside msdet.
+NEEDS_THE_ORIGINAL = ("porting",)
 
 
 def pyproject() -> dict:
@@ -53,10 +54,11 @@ def package_folder(package: str) -> Path:
 
 
 def msdet_folders() -> list[Path]:
-    """Every folder of msdet in the tree (hidden ones, caches and non-msdet ones aside)."""
+    """Every folder of msdet's wheel in the tree (hidden ones, caches, non-msdet and clone-only
+    ones aside)."""
     found = []
     for top in sorted(ROOT.iterdir()):
-        if not top.is_dir() or top.name.startswith(".") or top.name in NOT_MSDET:
+        if not top.is_dir() or top.name.startswith(".") or top.name in NOT_MSDET + CLONE_ONLY:
             continue
         for folder, subfolders, _ in os.walk(top):
             subfolders[:] = sorted(
@@ -82,7 +84,7 @@ def data_files() -> set[str]:
     files = set()
     for folder in msdet_folders():
         rel = folder.relative_to(ROOT)
-        if rel.parts[0] not in roots or any(str(rel).startswith(n) for n in NOT_SHIPPED):
+        if rel.parts[0] not in roots:
             continue
         files |= {
             str(rel / f.name)
@@ -143,7 +145,11 @@ def test_configs_are_found_in_the_package():
     assert os.path.samefile(CONFIG_DIR, package_folder("msdet.configs"))
 
 
-def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of this tree, built as ``pip wheel .`` builds it (from a copy of everything of
+    msdet, the clone-only folders included: pyproject.toml decides what ships)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     # Built from a copy: setuptools writes build/ and the egg-info folder into its source.
     source = tmp_path / "src"
     shutil.copytree(
@@ -151,12 +157,17 @@ def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(tmp_path):
         source,
         ignore=shutil.ignore_patterns(".*", "__pycache__", *NOT_MSDET, "*.egg-info"),
     )
+    assert (source / "dev" / "test.sh").is_file() and (source / "bench").is_dir()
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path / "dist"), str(source)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("msdet-*.whl")
+    (built,) = (tmp_path / "dist").glob("msdet-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry_points = next(z.read(n) for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -171,6 +182,59 @@ def test_the_wheel_holds_the_configs_scripts_kernels_and_the_command(tmp_path):
     assert all(modes[n] & 0o111 for n in names if n.endswith(".sh"))  # the launchers run
     assert not [n for n in names if n.startswith(("tests/", "msdet/tests/", "msdet/docs/"))]
     assert "msdet = msdet.commands.main:main" in entry_points.decode()
+
+
+def test_the_wheel_holds_no_developer_script_extractor_or_benchmark(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        runtime_tables = z.read("msdet/tools/chip_check/cann_tables.py").decode()
+    files = {n.rsplit("/", 1)[-1] for n in names}
+    assert not [n for n in names if n.startswith(("msdet/dev/", "msdet/bench/"))]
+    assert not [f for f in files if re.fullmatch(r"(test|lint|check_\w+)\.sh", f)]
+    assert not {"select_format.py", "ms_mapping.py", "convergence.py"} & files
+    # The launchers ship, and scripts/ holds nothing else but what they share.
+    assert {n for n in names if n.startswith("msdet/scripts/") and n.endswith(".sh")} == {
+        f"msdet/scripts/{name}"
+        for name in ("run_standalone_train.sh", "run_distributed_train.sh", "run_eval.sh",
+                     "docker_run.sh", "common.sh")
+    }  # fmt: skip
+    # The chip check's tables: what it loads and checks by, not the extractor of a CANN install.
+    functions = {
+        node.name for node in ast.parse(runtime_tables).body if isinstance(node, ast.FunctionDef)
+    }
+    assert functions == {"load_tables", "check"}
+    assert "msdet/tools/chip_check/data/cann-8.1.RC1.json" in names
+
+
+def test_a_wheel_install_gives_msdet_its_version_and_the_command(wheel, tmp_path):
+    import msdet
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+         "--target", str(site), str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+
+    # Only the install on the path, run from outside the repository: python -S reads no .pth
+    # file, so an editable install of a clone in this environment cannot answer instead
+    # (importing msdet, its version and the command's --version need nothing but msdet).
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-S", *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    out = run("-c", "import msdet; print(msdet.__version__); print(msdet.__file__)")
+    assert out.stdout.splitlines() == [msdet.__version__, str(site / "msdet" / "__init__.py")]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", msdet.__version__)
+    assert wheel.name.startswith(f"msdet-{msdet.__version__}-")
+    assert run(str(site / "bin" / "msdet"), "--version").stdout == f"msdet {msdet.__version__}\n"
+    # The maintainer tools and the benchmarks are the clone's only.
+    for clone_only in ("msdet.dev", "msdet.bench"):
+        missing = run("-c", f"import {clone_only}")
+        assert missing.returncode == 1
+        assert f"No module named '{clone_only}'" in missing.stderr
 
 
 def third_party_imports(folders: list[Path]) -> dict[str, set[str]]:

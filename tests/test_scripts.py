@@ -3,7 +3,7 @@
 Bad input must stop a launcher before anything starts, with an error naming the parameter;
 the docker command must mount what the host has; the Dockerfiles must COPY only files
 that exist and survive .dockerignore, and install exactly the pinned requirements. (Their
-lint, shellcheck and hadolint, is scripts/lint.sh.)
+lint, shellcheck and hadolint, is dev/lint.sh.)
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ LAUNCHERS = (
     "run_distributed_train.sh",
     "run_eval.sh",
     "docker_run.sh",
-    "lint.sh",
 )
+# The developer scripts: in the repository's dev/, not in the wheel (tests/test_packaging.py).
+DEV_SCRIPTS = ("test.sh", "lint.sh", "check_python.sh", "check_mindspore.sh", "check_wheel.sh")
 DOCKERFILES = ("Dockerfile", "Dockerfile.ascend")
 
 
@@ -53,13 +54,25 @@ def run_script(name: str, *args: str, cwd=ROOT, **env: str) -> subprocess.Comple
 
 
 def test_scripts_exist_and_are_executable():
-    for name in LAUNCHERS:
-        path = SCRIPTS / name
-        assert path.is_file() and os.access(path, os.X_OK), name
-        assert path.read_text().startswith("#!/usr/bin/env bash\n"), name
+    paths = [SCRIPTS / name for name in LAUNCHERS] + [ROOT / "dev" / name for name in DEV_SCRIPTS]
+    for path in paths:
+        assert path.is_file() and os.access(path, os.X_OK), path.name
+        assert path.read_text().startswith("#!/usr/bin/env bash\n"), path.name
+    # scripts/ ships in the wheel: the launchers and what they share, nothing for developers.
+    assert sorted(p.name for p in SCRIPTS.glob("*.sh")) == sorted([*LAUNCHERS, "common.sh"])
 
 
-# shellcheck and hadolint run in scripts/lint.sh (CI's lint step), not here as well.
+def test_ci_runs_developer_scripts_that_exist():
+    ci = (ROOT / ".ci" / "run").read_text()
+    named = set(re.findall(r"\bdev/([\w${}]+\.sh)", ci))
+    kinds = set(re.findall(r"\b([a-z]+):[\w.]+", ci.split("checks=(", 1)[1].split(")", 1)[0]))
+    assert kinds == {"mindspore", "python", "wheel"}
+    scripts = {n.replace("${kind}", kind) for n in named for kind in kinds}
+    assert scripts == set(DEV_SCRIPTS)
+    assert all((ROOT / "dev" / name).is_file() for name in scripts)
+
+
+# shellcheck and hadolint run in dev/lint.sh (CI's lint step), not here as well.
 
 
 # ---- launcher errors: clear, named, and before anything starts --------------------------------
@@ -385,6 +398,8 @@ def test_dockerignore_keeps_the_source_and_drops_local_state():
         "rank_0/om/analyze_fail.ir",
         "best.ckpt",
         "tests/test_scripts.py",
+        "dev/test.sh",
+        "dev/cann_tables.py",
         ".cache/msdet",
     ):
         assert dockerignored(dropped), dropped

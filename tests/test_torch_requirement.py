@@ -1,4 +1,4 @@
-"""Tests that need PyTorch fail, not skip, where scripts/test.sh runs them (MSDET_REQUIRE_TORCH=1),
+"""Tests that need PyTorch fail, not skip, where dev/test.sh runs them (MSDET_REQUIRE_TORCH=1),
 as README says: a CI machine without torch must not pass by skipping every parity test."""
 
 from __future__ import annotations

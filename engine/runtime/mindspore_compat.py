@@ -3,7 +3,7 @@ msdet works around what differs between them (or between its two training loops)
 
 msdet runs on MindSpore 2.7 to 2.10 (``requirements.txt``); its test suite runs on
 :data:`TESTED`, and CI runs a quick check on the newest release of each other minor version
-(``scripts/check_mindspore.sh``). Ascend clusters are pinned to a CANN, hence to a
+(``dev/check_mindspore.sh``). Ascend clusters are pinned to a CANN, hence to a
 MindSpore: :data:`CANN_PAIRINGS` is what the doctor reports. A feature a version lacks is
 refused by :func:`require` with a message naming the version that has it.
 
@@ -97,7 +97,7 @@ def support_note(version: str) -> str | None:
         )
     return (
         f"MindSpore {version}: supported; the full test suite runs on {TESTED}, CI runs a "
-        "quick check on 2.7, 2.8 and 2.9 (scripts/check_mindspore.sh)"
+        "quick check on 2.7, 2.8 and 2.9 (dev/check_mindspore.sh)"
     )
 
 

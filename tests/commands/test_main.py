@@ -45,10 +45,12 @@ def test_an_unknown_command_is_refused_with_the_closest_one(capsys):
 
 
 def test_version_is_the_packages(capsys):
+    import msdet
     from msdet.models.description import MSDET_VERSION
 
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out == f"msdet {MSDET_VERSION}\n"
+    assert capsys.readouterr().out == f"msdet {msdet.__version__}\n"
+    assert MSDET_VERSION == msdet.__version__  # what checkpoints record
 
 
 def _main_parameters(module: str) -> list[str]:

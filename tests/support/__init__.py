@@ -25,7 +25,18 @@ from collections.abc import Mapping, Sequence
 # The repository root: entry points, configs/ and scripts/ are found from it.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # msdet's code packages, bottom to top (tests/test_layout.py holds the order).
-PACKAGES = ("common", "data", "models", "ops", "engine", "tools", "porting", "commands", "bench")
+PACKAGES = (
+    "common",
+    "data",
+    "models",
+    "ops",
+    "engine",
+    "tools",
+    "porting",
+    "commands",
+    "bench",
+    "dev",
+)
 
 
 def run_python(

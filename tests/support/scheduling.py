@@ -1,6 +1,6 @@
-"""Which test files scripts/test.sh starts first (tests/conftest.py orders them)."""
+"""Which test files dev/test.sh starts first (tests/conftest.py orders them)."""
 
-# pytest-xdist hands each worker whole files (scripts/test.sh: --dist loadfile) in collection
+# pytest-xdist hands each worker whole files (dev/test.sh: --dist loadfile) in collection
 # order (--no-loadscope-reorder; xdist's own reorder puts files with many tests first, which
 # left the single-test files of several minutes for last, one worker waiting on them): the
 # files that take minutes go first, longest first, so that both workers end together.

@@ -1,5 +1,5 @@
 """Access to PyTorch and the PyTorch original for tests: skip locally without them, fail in
-CI (``MSDET_REQUIRE_TORCH=1``, which ``scripts/test.sh`` sets)."""
+CI (``MSDET_REQUIRE_TORCH=1``, which ``dev/test.sh`` sets)."""
 
 from __future__ import annotations
 

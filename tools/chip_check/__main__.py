@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m msdet.tools.chip_check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--chips", default=",".join(CHIPS))
-    parser.add_argument("--tables", help="tables derived from your CANN (cann_tables module)")
+    parser.add_argument(
+        "--tables", help="tables derived from your CANN (python -m msdet.dev.cann_tables)"
+    )
     parser.add_argument("--waivers", help="accepted findings, each with a reason "
                         "(default: the bundled data/waivers.json)")  # fmt: skip
     parser.add_argument("--json", default="chip_check.json", help="the report (JSON)")

@@ -1,11 +1,11 @@
 """The MindSpore primitive -> CANN operator mapping the chip check judges by, and the CANN
 operators it can lead to (what the bundled tables must hold).
 
-``data/ms_to_cann.json`` is derived from MindSpore's adapter sources by :mod:`.ms_mapping`;
-:data:`CANN_RENAMES` lists the operator types CANN's own graph passes turn an operator into.
-``data/waivers.json`` lists the findings a person accepted, each with the reason
-(:func:`load_waivers`): the check does not assume its mapping is complete: anything it cannot place fails
-unless waived there.
+``data/ms_to_cann.json`` is derived from MindSpore's adapter sources by
+:mod:`msdet.dev.ms_mapping` (a maintainer tool, in a clone); :data:`CANN_RENAMES` lists the
+operator types CANN's own graph passes turn an operator into. ``data/waivers.json`` lists
+the findings a person accepted, each with the reason (:func:`load_waivers`): the check does
+not assume its mapping is complete, and anything it cannot place fails unless waived there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """engine.runtime.mindspore_compat: the supported versions, their CANN, and the workarounds.
 
-CI runs this file on every supported MindSpore (scripts/check_mindspore.sh), where the
+CI runs this file on every supported MindSpore (dev/check_mindspore.sh), where the
 MindIR metadata and the Parameter writes take each version's own path.
 """
 

@@ -1,6 +1,6 @@
 """msdet's device-side set-up executed on CPU against a stood-in Ascend chip
 (``engine.runtime.standin``), under the installed MindSpore release: CI runs this file under
-2.7, 2.8, 2.9 (scripts/check_mindspore.sh) and 2.10 (the suite)."""
+2.7, 2.8, 2.9 (dev/check_mindspore.sh) and 2.10 (the suite)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 # mode, the step compiled by mindspore.jit) with their step losses compared, eval.py on the
 # checkpoint, and export.py to MINDIR (its check reloads the file and compares outputs).
 #
-#   bash scripts/check_mindspore.sh 2.9          # newest 2.9.x; or an exact version: 2.7.0
+#   bash dev/check_mindspore.sh 2.9          # newest 2.9.x; or an exact version: 2.7.0
 #
 # VENV (default .venv-ms<VERSION>) and PYTHON (default python3) choose the venv and the
 # interpreter that makes it. Prints the seconds each part took.

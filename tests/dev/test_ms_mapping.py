@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from msdet.tools.chip_check import ms_mapping
+from msdet.dev import ms_mapping
 
 HEADER = """
 constexpr auto kNameTopK = "TopK";

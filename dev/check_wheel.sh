@@ -6,7 +6,7 @@
 # val image, and evaluate again through the wheel's scripts/run_eval.sh. Each step's output
 # files are checked and its time printed; the first failing step ends the check, named.
 #
-#   bash scripts/check_wheel.sh        # PYTHON=python3.12 picks the interpreter (default python3)
+#   bash dev/check_wheel.sh        # PYTHON=python3.12 picks the interpreter (default python3)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

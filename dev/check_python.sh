@@ -2,10 +2,10 @@
 # Quick check of msdet on another Python version: a venv with msdet and requirements.txt alone
 # (plus pytest), then imports, config composition, the entry-point glue, the training step, and
 # one tiny training run of train.py. The full suite (with the PyTorch reference) runs on one
-# version in scripts/test.sh; PyTorch's CPU wheel is not installed here, so the tests that
+# version in dev/test.sh; PyTorch's CPU wheel is not installed here, so the tests that
 # need the reference are not part of this check.
 #
-#   bash scripts/check_python.sh 3.10          # or 3.12; PYTHON=/path/to/python overrides
+#   bash dev/check_python.sh 3.10          # or 3.12; PYTHON=/path/to/python overrides
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,9 +1,10 @@
-"""The MindSpore primitive -> CANN operator mapping of the chip check (``data/ms_to_cann.json``):
-which GE operator MindSpore's Ascend adapter emits for a primitive, and whether MindSpore's
-kernel-by-kernel backend (jit level O0/O1) runs it as an aclnn kernel instead.
+"""The MindSpore primitive -> CANN operator mapping of the chip check
+(``tools/chip_check/data/ms_to_cann.json``): which GE operator MindSpore's Ascend adapter
+emits for a primitive, and whether MindSpore's kernel-by-kernel backend (jit level O0/O1)
+runs it as an aclnn kernel instead. A maintainer tool (in a clone, not in the wheel).
 
-    python -m msdet.tools.chip_check.ms_mapping --ms-src MINDSPORE_SOURCE \
-        --prims PRIMS.json [PRIMS.json ...] -o data/ms_to_cann.json
+    python -m msdet.dev.ms_mapping --ms-src MINDSPORE_SOURCE \
+        --prims PRIMS.json [PRIMS.json ...] -o tools/chip_check/data/ms_to_cann.json
 
 Sources: the GE adapters (``REG_ADPT_DESC(name, ms_name, ADPT_DESC(train_op[, infer_op]))``)
 of a MindSpore source tree, under ``mindspore/ccsrc/plugin/res_manager/ascend/op_adapter/
@@ -12,7 +13,7 @@ op_declare`` (2.7) or ``mindspore/ccsrc/plugin/ascend/res_manager/op_adapter/op_
 of the installed wheel's headers (``include/``), then the source's; aclnn dispatch from the
 source's ``mindspore/ops/op_def/yaml/*.yaml`` (``dispatch: enable``), confirmed by the
 wheel's generated ``pyboost_<op>`` calls. ``PRIMS.json``: ``{"train": [[primitive, dtypes,
-count], ...]}`` (what :mod:`.ir` lists).
+count], ...]}`` (what :mod:`msdet.tools.chip_check.ir` lists).
 
 MindSpore 2.10's own sources could not be obtained where the bundled mapping was made (see
 :data:`SOURCE_NOTE`): the adapters are read from 2.7.0's, and each entry records what the

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Lint everything CI lints: Python (ruff check, ruff format --check), the shell scripts
-# (shellcheck: scripts/*.sh and .ci/run) and the Dockerfiles (hadolint). Runs every linter,
-# then fails if any of them failed. Tools come from the virtual environment (VENV, default
-# .venv; requirements-dev.txt installs them) or else from PATH.
+# (shellcheck: scripts/*.sh, dev/*.sh and .ci/run) and the Dockerfiles (hadolint). Runs
+# every linter, then fails if any of them failed. Tools come from the virtual environment
+# (VENV, default .venv; requirements-dev.txt installs them) or else from PATH.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,7 +29,7 @@ run() { # run NAME COMMAND...: run one linter, remember a failure, go on
     fi
 }
 
-shell_files=(scripts/*.sh)
+shell_files=(scripts/*.sh dev/*.sh)
 [ -f .ci/run ] && shell_files+=(.ci/run)
 docker_files=()
 for f in Dockerfile Dockerfile.*; do

@@ -2,7 +2,7 @@
 # Set up the test environment (a .venv with msdet, the pinned requirements and the PyTorch
 # YOLOX original used as the parity reference; installed again only when a requirements file
 # changed) and run the test suite. Extra arguments go to
-# pytest, e.g. `bash scripts/test.sh tests/models -k parity`, or `-m "not slow"` for the
+# pytest, e.g. `bash dev/test.sh tests/models -k parity`, or `-m "not slow"` for the
 # fast tier. PYTHON picks the interpreter (default python3; 3.10-3.12); MSDET_TEST_WORKERS the
 # number of pytest workers (default 2 on two or more cores, 0 runs one process).
 set -euo pipefail

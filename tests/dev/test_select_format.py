@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from msdet.tools.chip_check.select_format import Emulator, Platform
+from msdet.dev.select_format import Emulator, Platform
 
 INI = """[version]
 SoC_version={soc}
