@@ -4,18 +4,41 @@
 # doctor, the training step's tests, one tiny training run on each training loop
 # (runtime.loop=model: Model.train in graph mode; runtime.loop=jit: msdet's loop, PyNative
 # mode, the step compiled by mindspore.jit) with their step losses compared, eval.py on the
-# checkpoint, and export.py to MINDIR (its check reloads the file and compares outputs).
+# checkpoint, and export.py to MINDIR (its check reloads the file and compares outputs). Also
+# the check of another supported Python: CI runs 2.7 on Python 3.10 and 2.9 on 3.12.
 #
-#   bash dev/check_mindspore.sh 2.9          # newest 2.9.x; or an exact version: 2.7.0
+#   bash dev/check_mindspore.sh 2.9 [3.12]   # newest 2.9.x [on Python 3.12]; or 2.7.0
 #
-# VENV (default .venv-ms<VERSION>) and PYTHON (default python3) choose the venv and the
-# interpreter that makes it. Prints the seconds each part took.
+# VENV (default .venv-ms<VERSION>) chooses the venv; PYTHON an interpreter, else the Python
+# version given (pythonX.Y, or a pyenv install of it), else python3. Exits 3 when the Python
+# asked for is not on this machine. Prints the seconds each part took.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-VERSION=${1:?usage: check_mindspore.sh VERSION (e.g. 2.9 or 2.7.0)}
+VERSION=${1:?usage: check_mindspore.sh VERSION [PYTHON_VERSION] (e.g. 2.9 3.12)}
+PY_VERSION=${2:-}
 VENV=${VENV:-.venv-ms${VERSION}}
-PYTHON=${PYTHON:-python3}
+
+find_python() { # PYTHON, else an interpreter of PY_VERSION: pythonX.Y or a pyenv install
+    local candidate
+    if [ -n "${PYTHON:-}" ] || [ -z "${PY_VERSION}" ]; then
+        printf '%s\n' "${PYTHON:-python3}"
+        return 0
+    fi
+    for candidate in "python${PY_VERSION}" \
+        "$(pyenv root 2>/dev/null)"/versions/"${PY_VERSION}".*/bin/python"${PY_VERSION}"; do
+        if "${candidate}" -c "import sys; assert sys.version.startswith('${PY_VERSION}.')" \
+            >/dev/null 2>&1; then
+            printf '%s\n' "${candidate}"
+            return 0
+        fi
+    done
+    return 1
+}
+if ! PYTHON=$(find_python); then
+    echo "check_mindspore.sh: no working Python ${PY_VERSION} on this machine; not checked" >&2
+    exit 3
+fi
 if [[ "${VERSION}" =~ ^[0-9]+\.[0-9]+$ ]]; then
     SPEC="mindspore==${VERSION}.*" # the newest release of that minor version
 else
@@ -29,7 +52,7 @@ lap() { # lap NAME: print the seconds since the last lap
     mark=${SECONDS}
 }
 
-echo "== MindSpore ${VERSION} (${SPEC}) -> ${VENV}"
+echo "== MindSpore ${VERSION} (${SPEC}) on $("${PYTHON}" --version 2>&1) -> ${VENV}"
 if [ ! -x "${VENV}/bin/python" ]; then
     "${PYTHON}" -m venv "${VENV}"
 fi
