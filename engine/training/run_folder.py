@@ -23,6 +23,7 @@ import shutil
 from typing import Any
 
 from msdet.common.runs import latest_run, resolve_run_folder
+from msdet.data.labels_plot import LABELS_FILE
 from msdet.engine.runtime.amp import AMP_FOLDER
 from msdet.engine.training.checkpoint_files import (
     CHECKPOINTS,
@@ -44,7 +45,7 @@ RUN_OUTPUTS = (
     CHECKPOINTS, RESULTS_CSV, RESULTS_PNG, "tensorboard", "eval", "profiler", "metrics.json",
     "detections.json", "coco_summary.txt", "val_predictions.jpg", "confusion_matrix.png",
     "confusion_matrix_normalized.png", "PR_curve.png", "P_curve.png", "R_curve.png",
-    "F1_curve.png", "train.log", AMP_FOLDER,
+    "F1_curve.png", "train.log", AMP_FOLDER, LABELS_FILE,
 )  # fmt: skip
 
 

@@ -50,6 +50,7 @@ def test_run_folder_holds_every_artefact(trained):
         "R_curve.png",
         "F1_curve.png",
         "eval/F1_curve.png",
+        "labels.png",
     ):
         assert os.path.isfile(os.path.join(run_dir, name)), name
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[:3] == [
