@@ -9,6 +9,7 @@ The end-to-end tests are marked slow; the runtime tests at the end are fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -303,6 +304,49 @@ setup_runtime(cfg.runtime, sys.argv[2])
 weights, losses = dp_step.reference(cfg, sys.argv[2])
 np.savez(sys.argv[3], reference_losses=losses, **weights)
 """
+
+
+@pytest.mark.slow
+def test_two_nodes_in_their_own_network_namespaces_train_as_one_job(tmp_path, cache_dir):
+    """scripts/run_distributed_train.sh with NUM_NODES=2, one card each, each node's launcher
+    in its own network namespace joined by a veth pair (tests/support/netns.py): node 0 holds
+    MASTER_ADDR and runs the scheduler, node 1 joins it. Both ranks train one epoch into the
+    shared run folder and end with identical weights; rank 0 writes the run, node 1 records
+    its launch beside it."""
+    from tests.support.netns import two_hosts
+
+    run_dir = tmp_path / "nodes"
+    overrides = [*loop_overrides(), "train.epochs=1", f"data.cache_dir={cache_dir}",
+                 f"run.dir={run_dir}"]  # fmt: skip
+    with two_hosts() as (hosts, addresses):
+        env = launcher_env(TRAIN_ENTRY=DP_ENTRY, NUM_NODES="2", MASTER_ADDR=addresses[0])
+        procs = []
+        with contextlib.ExitStack() as files:
+            for rank, host in enumerate(hosts):
+                out, err = (files.enter_context(open(tmp_path / f"node{rank}.{kind}", "w"))
+                            for kind in ("out", "err"))  # fmt: skip
+                procs.append(subprocess.Popen(
+                    [*host, "bash", LAUNCHER, "1", *overrides], cwd=ROOT,
+                    env={**env, "NODE_RANK": str(rank)}, stdout=out, stderr=err,
+                    start_new_session=True,
+                ))  # fmt: skip
+        try:
+            codes = [p.wait(timeout=600) for p in procs]
+        finally:
+            for p in procs:
+                stop_launcher(p)
+    outputs = [(tmp_path / f"node{r}.out").read_text() + (tmp_path / f"node{r}.err").read_text()
+               for r in range(2)]  # fmt: skip
+    assert codes == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert "ranks 0..0 of 2" in outputs[0] and "ranks 1..1 of 2" in outputs[1]
+    assert f"scheduler {addresses[0]}:" in outputs[1]
+    train_log = Path(run_dir, "train.log").read_text()
+    assert "rank 0 of 2" in train_log and "batch 2 x 2 ranks" in train_log
+    assert Path(run_dir, "launch_node1.txt").is_file()
+    rank0, rank1 = (np.load(run_dir / WEIGHTS_FILE.format(rank=r)) for r in range(2))
+    assert rank0.files == rank1.files and len(rank0.files) > 100
+    for name in rank0.files:
+        np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=name)
 
 
 @pytest.mark.slow
