@@ -40,6 +40,7 @@ from typing import Any
 
 from msdet.common.cache import make_cache_folder
 from msdet.engine.runtime import kernel_benchmarks as bench
+from msdet.engine.runtime import kernel_benchmarks_training as training_bench
 from msdet.ops.cpu_kernels import KERNELS, kernels_text
 
 log = logging.getLogger(__name__)
@@ -153,32 +154,36 @@ DECISIONS: dict[str, Decision] = {
             "assigner",
             {"ops": (), "assigner": ("assigner",)},
             _winner,
-            bench.assigner,
-            bench.assigner_inputs,
+            training_bench.assigner,
+            training_bench.assigner_inputs,
         ),
         Decision(
             "loss",
             {"loss_ops": (), "class_bce": ("class_bce",), "loss_terms": ("loss_terms",)},
             _winner,
-            bench.loss,
-            bench.loss_inputs,
+            training_bench.loss,
+            training_bench.loss_inputs,
         ),
         Decision(
-            "nms", {"nms_with_mask": (), "nms": ("nms",)}, _winner, bench.nms, bench.nms_inputs
+            "nms",
+            {"nms_with_mask": (), "nms": ("nms",)},
+            _winner,
+            training_bench.nms,
+            training_bench.nms_inputs,
         ),
         Decision(
             "sgd",
             {"sgd_ops": (), "sgd": ("sgd",)},
             _not_slower,  # kept for its memory: 329 fewer operators in the graph
-            bench.sgd,
-            bench.sgd_inputs,
+            training_bench.sgd,
+            training_bench.sgd_inputs,
         ),
         Decision(
             "ema",
             {"ema_ops": (), "ema": ("ema",)},
             _not_slower,  # likewise: one operator instead of Reshapes, Concat, Lerp, Assign
-            bench.ema,
-            bench.ema_inputs,
+            training_bench.ema,
+            training_bench.ema_inputs,
         ),
     )
 }

@@ -354,7 +354,7 @@ def test_a_report_folder_that_cannot_be_written_is_said_before_the_check(
 
 
 def test_the_report_goes_to_out_else_run_dir_else_runs_data_check(tmp_path):
-    from msdet.data.check import output_folder
+    from msdet.data.check_report import output_folder
 
     run = OmegaConf.create({"dir": None, "root": str(tmp_path / "runs")})
     assert output_folder(None, run) == str(tmp_path / "runs" / "data_check")

@@ -15,7 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from msdet.common.config import CONFIG_DIR
-from msdet.data.check import check_dataset, format_report
+from msdet.data.check import check_dataset
+from msdet.data.check_report import format_report
 from msdet.data.coco import CocoSource
 from msdet.data.folders import DatasetFolderError, find_layout
 from tests.support.exports import CLASSES, LAYOUTS, objects_of, roboflow_yolo

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 
 from msdet.engine.runtime import kernel_benchmarks as bench
+from msdet.engine.runtime import kernel_benchmarks_training as training_bench
 
 
 def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
@@ -14,7 +15,7 @@ def test_the_sgd_benchmark_updates_yolox_nanos_parameters():
     from msdet.models.yolox import build_model, load_model_config
 
     decay, no_decay = split_decay_params(build_model(load_model_config("yolox_nano"), 80))
-    shapes = bench.nano_parameter_shapes()
+    shapes = training_bench.nano_parameter_shapes()
     assert sum(int(np.prod(s)) for s in shapes) == 912_159
     # The benchmark decays what has more than one dimension: the optimizer's own split.
     assert Counter(s for s in shapes if len(s) > 1) == Counter(tuple(p.shape) for p in decay)
@@ -31,10 +32,10 @@ def test_the_inputs_are_at_the_training_steps_shapes():
     ]
     assert [t.shape for t in bench.upsample_inputs(rng, {})] == [(8, 128, 10, 10), (8, 64, 20, 20)]
     assert bench.transpose_inputs(rng, {})[0].shape == (8, 85, 2100)
-    pred, obj, cls, grid, stride, boxes, classes, mask = bench.assigner_inputs(rng, {})
+    pred, obj, cls, grid, stride, boxes, classes, mask = training_bench.assigner_inputs(rng, {})
     assert pred.shape == (8, 2100, 4) and cls.shape == (8, 2100, 80) and boxes.shape == (8, 50, 4)
     assert mask.asnumpy().sum(1).tolist() == [5.0] * 8  # 5 real boxes among 50 rows
-    (preds,) = bench.nms_inputs(rng, {})
+    (preds,) = training_bench.nms_inputs(rng, {})
     assert preds.shape == (8, 3549, 85)
 
 
