@@ -9,7 +9,6 @@ import pytest
 
 from msdet.engine.runtime.cpu import configure_process_env
 from tests.support.modes import execution_mode, graph_mode_when_imported
-from tests.support.scheduling import SLOWEST_FILES
 
 # Before any test imports mindspore: oneDNN reads ONEDNN_MAX_CPU_ISA when it loads.
 configure_process_env("CPU")
@@ -27,7 +26,12 @@ def graph_mode():
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files of ``tests.support.scheduling.SLOWEST_FILES`` first, in its order (a stable
-    sort: every file's tests stay together and in their order)."""
-    rank = {path: i for i, path in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    """The files with the most slow tests first (a stable sort: every file's tests stay
+    together and in their order). scripts' two workers take whole files in this order
+    (--dist loadfile --no-loadscope-reorder): the files of minutes start first, so both
+    workers end together; a file of quick tests waits for a free worker at the end."""
+    slow: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.nodeid.split("::", 1)[0]])

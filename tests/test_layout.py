@@ -315,12 +315,3 @@ def test_the_mirror_of_a_module_and_of_a_packages_main():
         ROOT / "tests" / "tools" / "chip_check" / "test_ir.py"
     )
     assert mirrored_test(ROOT / "tools" / "selftest" / "__main__.py").name == "test_main.py"
-
-
-def test_the_files_scheduled_first_exist():
-    """The scheduling hint (tests/support/scheduling.py, applied by tests/conftest.py) names
-    test files that are there."""
-    from tests.support.scheduling import SLOWEST_FILES
-
-    missing = [f for f in SLOWEST_FILES if not (ROOT / f).is_file()]
-    assert SLOWEST_FILES and missing == []
