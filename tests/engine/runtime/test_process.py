@@ -18,18 +18,25 @@ pytestmark = pytest.mark.slow
 SETUP_PROBE = """
 import json, sys
 import mindspore as ms
-from omegaconf import OmegaConf
+from msdet.common.config import load_config
 from msdet.engine.runtime.process import setup_runtime
-cfg = OmegaConf.merge(OmegaConf.load("configs/runtime/auto.yaml"), json.loads(sys.argv[1]))
+from msdet.engine.training.plan import DataSummary, plan_run
+from msdet.engine.training.trainer import build_loop
 try:
-    rt = setup_runtime(cfg, ".")
-except ValueError as err:
+    cfg = load_config("train", [f"runtime.{k}={v}" for k, v in json.loads(sys.argv[1]).items()])
+    rt = setup_runtime(cfg.runtime, ".")
+    setup_mode = ms.get_context("mode")
+    plan = plan_run(cfg, rt, DataSummary("shapes", 64, 8, ("a", "b", "c")))
+    build_loop(plan, rt)  # a training run's loop: it sets the mode its steps run in
+except ValueError as err:  # a refused setting (the config's ConfigError is one too)
     print(json.dumps({"error": str(err)}))
     sys.exit(0)
-print(json.dumps({"device": rt.device, "mode": rt.mode, "loop": rt.loop, "amp": rt.amp_level,
-                  "sink": rt.sink, "jit_level": rt.jit_level, "backend": rt.backend,
-                  "sink_effective": rt.sink_effective, "main": rt.is_main,
-                  "distributed": rt.distributed, "dynamic": rt.uses_dynamic_loss_scale,
+print(json.dumps({"device": rt.device, "mode": rt.mode, "loop": plan.loop.value,
+                  "run_mode": plan.mode, "amp": rt.amp_level, "sink": rt.sink,
+                  "jit_level": plan.backends["train"].jit_level,
+                  "backend": plan.backends["train"].runs, "sink_effective": rt.sink_effective,
+                  "main": rt.is_main, "distributed": rt.distributed,
+                  "dynamic": rt.uses_dynamic_loss_scale, "setup_mode": setup_mode,
                   "ms_mode": ms.get_context("mode"), "PYNATIVE": ms.PYNATIVE_MODE}))
 """
 
@@ -50,8 +57,9 @@ def setup_in_fresh_process(**overrides) -> dict:
 
 def test_the_jit_loop_runs_pynative_mode():
     got = setup_in_fresh_process(device="CPU", loop="jit", sink=True)
-    assert got["loop"] == "jit" and got["mode"] == "pynative"
-    assert got["ms_mode"] == got["PYNATIVE"]  # the step is compiled by mindspore.jit
+    assert got["loop"] == "jit" and got["run_mode"] == "pynative" and got["mode"] == "graph"
+    assert got["setup_mode"] != got["PYNATIVE"]  # eval and export start in graph mode...
+    assert got["ms_mode"] == got["PYNATIVE"]  # ...the jit loop switches: mindspore.jit compiles
     assert got["sink"] and not got["sink_effective"]  # mindspore.data_sink refuses CPU
     assert (got["jit_level"], got["backend"]) == ("O0", "kernel by kernel")
     assert "runtime.mode=pynative" in setup_in_fresh_process(loop="jit", mode="pynative")["error"]
@@ -60,7 +68,7 @@ def test_the_jit_loop_runs_pynative_mode():
 
 def test_setup_on_cpu_sets_mode_and_reports():
     got = setup_in_fresh_process(device="CPU", mode="pynative", sink=True, amp="O2")
-    assert got["device"] == "CPU" and got["mode"] == "pynative" and got["amp"] == "O2"
+    assert got["device"] == "CPU" and got["run_mode"] == "pynative" and got["amp"] == "O2"
     assert got["ms_mode"] == got["PYNATIVE"]
     assert got["sink"] and not got["sink_effective"]  # CPU cannot sink: the trainer says so
     assert got["main"] and not got["distributed"]
