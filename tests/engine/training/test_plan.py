@@ -4,6 +4,7 @@ network, no dataset, no MindSpore)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from types import SimpleNamespace
 
@@ -36,8 +37,14 @@ def ascend_rt(chip=A910B, **kw) -> Runtime:
     return Runtime(**values)
 
 
+@functools.lru_cache(maxsize=None)
+def config(overrides: tuple[str, ...]):
+    """The train config of ``overrides`` (composed once: the plan only reads it)."""
+    return load_config("train", list(overrides))
+
+
 def plan(*overrides: str, rt: Runtime = CPU, data: DataSummary = DATA, env=None, resume=None):
-    return plan_run(load_config("train", list(overrides)), rt, data, resume, environ=env or {})
+    return plan_run(config(overrides), rt, data, resume, environ=env or {})
 
 
 def test_planning_loads_no_mindspore():
