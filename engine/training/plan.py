@@ -79,12 +79,15 @@ class DataSummary:
 @dataclass(frozen=True)
 class StartPlan:
     """``kind`` and what it names: ``pretrained`` (train.pretrained as given; the trainer
-    resolves it to a file), ``resume`` (the checkpoint) and the epochs it trained."""
+    resolves it to a file), ``resume`` (the checkpoint) and the epochs it trained;
+    ``optional``: official weights that cannot be had start the run from scratch, said so
+    (the own-data recipe's default, ``train.weights_optional``), instead of stopping it."""
 
     kind: StartKind
     pretrained: str | None = None
     resume: str | None = None
     epoch: int = 0
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class RunPlan:
     device_nms: bool  # the evaluation's NMS may run on the device (checked on first use)
     ranks: int = 1
     notes: tuple[str, ...] = field(default=())
+    trackers: tuple[str, ...] = ()  # experiment trackers beside TensorBoard (train.track)
 
     @property
     def epochs(self) -> int:
@@ -270,6 +274,7 @@ def plan_run(
         device_nms=rt.device == "Ascend" and not rt.host_nms,
         ranks=rt.world_size,
         notes=_notes(rt, profiling),
+        trackers=trackers(tcfg),
     )
 
 
@@ -394,7 +399,24 @@ def plan_start(cfg: Any, resume: Any, class_names: Sequence[str], epochs: int) -
     value = cfg.train.pretrained
     if value is None or str(value) == "":
         return StartPlan(StartKind.SCRATCH)
-    return StartPlan(StartKind.PRETRAINED, pretrained=str(value))
+    optional = bool(cfg.train.get("weights_optional", False))
+    return StartPlan(StartKind.PRETRAINED, pretrained=str(value), optional=optional)
+
+
+TRACKERS = ("mlflow", "swanlab")
+
+
+def trackers(tcfg: Any) -> tuple[str, ...]:
+    """The experiment trackers ``train.track`` names, in the order given (the config
+    checked them: each one of :data:`TRACKERS`, once); () when off."""
+    names = tcfg.get("track") or ()
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    unknown = [str(n) for n in names if str(n) not in TRACKERS]
+    if unknown:
+        raise PlanError(f"train.track: {', '.join(unknown)} is not a tracker msdet has; it "
+                        f"has {', '.join(TRACKERS)}")  # fmt: skip
+    return tuple(str(n) for n in names)
 
 
 def resumed_epoch(resume: Any) -> int:
