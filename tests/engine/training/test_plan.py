@@ -205,3 +205,18 @@ def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
     assert plan("model.num_classes=3").schedule.epochs == 7
     with pytest.raises(PlanError, match=r"model.num_classes=80 but the dataset shapes has 3"):
         plan("model.num_classes=80")
+
+
+def test_only_the_own_data_defaults_weights_may_be_missing(tmp_path):
+    """The own-data recipe's train.pretrained=auto starts from scratch when the weights
+    cannot be had; a typed train.pretrained never does (fine_tuning.resolve_start)."""
+    own = plan(f"data={tmp_path}").start
+    assert (own.kind, own.pretrained, own.optional) == (StartKind.PRETRAINED, "auto", True)
+    typed = plan(f"data={tmp_path}", "train.pretrained=auto").start
+    assert (typed.pretrained, typed.optional) == ("auto", False)
+    assert not plan("train=yolox").start.optional
+
+
+def test_the_trackers_are_planned_in_the_order_given():
+    assert plan().trackers == ()
+    assert plan("train.track=swanlab,mlflow").trackers == ("swanlab", "mlflow")
