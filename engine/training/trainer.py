@@ -32,6 +32,7 @@ from msdet.engine.training.checkpoints import restore_training_state
 from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from msdet.engine.training.graphs import compile_budget, describe_budget
 from msdet.engine.training.hooks import RunParts, build_callbacks
+from msdet.engine.training.interruption import reported_interruption
 from msdet.engine.training.jit_loop import JitLoop
 from msdet.engine.training.loops import ModelLoop, TrainLoop
 from msdet.engine.training.plan import DataSummary, Loop, RunPlan, StartKind, plan_run
@@ -128,8 +129,11 @@ def run_training(
         accepted()
 
     started = time.time()
-    try:
-        loop.run(train_step, dataset, callbacks, initial_epoch=start_epoch * plan.sinks_per_epoch)
+    try:  # SIGTERM or Ctrl+C: where it stopped and how to resume, said (interruption)
+        with reported_interruption(state, rt.run_dir, rt.is_main):
+            loop.run(
+                train_step, dataset, callbacks, initial_epoch=start_epoch * plan.sinks_per_epoch
+            )
     except Exception:
         # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
         analysis = collect_compile_failure(rt.run_dir, started)
