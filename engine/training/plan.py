@@ -17,8 +17,9 @@ without a graph (``tests/engine/training/test_plan.py``).
 from __future__ import annotations
 
 import enum
+import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -403,20 +404,39 @@ def plan_start(cfg: Any, resume: Any, class_names: Sequence[str], epochs: int) -
     return StartPlan(StartKind.PRETRAINED, pretrained=str(value), optional=optional)
 
 
-TRACKERS = ("mlflow", "swanlab")
+# The experiment trackers (train.track) and how to install each: both are optional. SwanLab
+# from 0.6.5 on requires protobuf<7; MindSpore 2.10's generated code refuses a protobuf
+# older than 7.34 (measured: a VersionError when MindSpore loads), so its last release
+# without that bound is the one that installs beside MindSpore.
+TRACKERS = {
+    "mlflow": "pip install mlflow",
+    "swanlab": "pip install 'swanlab<0.6.5' (later releases need protobuf<7, which MindSpore "
+    "2.10 cannot load)",
+}
 
 
-def trackers(tcfg: Any) -> tuple[str, ...]:
+def trackers(tcfg: Any, installed: Callable[[str], bool] | None = None) -> tuple[str, ...]:
     """The experiment trackers ``train.track`` names, in the order given (the config
-    checked them: each one of :data:`TRACKERS`, once); () when off."""
+    checked them: each one of :data:`TRACKERS`, once); () when off. A tracker whose
+    package is not installed (``installed(name)``; default: importable here) is refused
+    with the command that installs it."""
     names = tcfg.get("track") or ()
     if isinstance(names, str):
         names = [n for n in names.split(",") if n.strip()]
-    unknown = [str(n) for n in names if str(n) not in TRACKERS]
+    names = tuple(str(n) for n in names)
+    unknown = [n for n in names if n not in TRACKERS]
     if unknown:
         raise PlanError(f"train.track: {', '.join(unknown)} is not a tracker msdet has; it "
                         f"has {', '.join(TRACKERS)}")  # fmt: skip
-    return tuple(str(n) for n in names)
+    have = installed or (lambda name: importlib.util.find_spec(name) is not None)
+    for name in names:
+        if not have(name):
+            raise PlanError(
+                f"train.track={','.join(names)}: {name} is not installed here: "
+                f"{TRACKERS[name]}, or pip install 'msdet[tracking]'; or leave {name} out of "
+                "train.track"
+            )
+    return names
 
 
 def resumed_epoch(resume: Any) -> int:

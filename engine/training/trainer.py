@@ -31,7 +31,7 @@ from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.checkpoints import restore_training_state
 from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from msdet.engine.training.graphs import compile_budget, describe_budget
-from msdet.engine.training.hooks import RunParts, build_callbacks
+from msdet.engine.training.hooks import RunParts, build_callbacks, run_finished
 from msdet.engine.training.interruption import reported_interruption
 from msdet.engine.training.jit_loop import JitLoop
 from msdet.engine.training.loops import ModelLoop, TrainLoop
@@ -142,7 +142,7 @@ def run_training(
         raise
     if state.failure:
         raise TrainingFailedError(state.failure)
-    return evaluation.final(last_was_best=state.is_best)
+    return run_finished(callbacks, evaluation.final(last_was_best=state.is_best))
 
 
 def build_loop(plan: RunPlan, rt: Runtime) -> TrainLoop:

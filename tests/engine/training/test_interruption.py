@@ -31,9 +31,9 @@ def test_a_stopped_run_says_where_and_how_to_resume(tmp_path, caplog, signum):
     """Issue 65: a run stopped by SIGTERM or Ctrl+C said nothing."""
     state = a_run(tmp_path, checkpoint=True)
     before = signal.getsignal(signal.SIGTERM)
-    with caplog.at_level(logging.INFO, logger="train"), pytest.raises(RunInterrupted) as err:
-        with reported_interruption(state, str(tmp_path)):
-            os.kill(os.getpid(), signum)  # the real signal, handled as a run gets it
+    logged = caplog.at_level(logging.INFO, logger="train")
+    with logged, pytest.raises(RunInterrupted) as err, reported_interruption(state, str(tmp_path)):
+        os.kill(os.getpid(), signum)  # the real signal, handled as a run gets it
     assert err.value.signum == signum
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl+C (SIGINT)"
     assert [r.getMessage() for r in caplog.records] == [
@@ -47,9 +47,9 @@ def test_a_stopped_run_says_where_and_how_to_resume(tmp_path, caplog, signum):
 
 def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path, caplog):
     state = a_run(tmp_path, checkpoint=False)
-    with caplog.at_level(logging.INFO, logger="train"), pytest.raises(RunInterrupted):
-        with reported_interruption(state, str(tmp_path)):
-            raise KeyboardInterrupt
+    logged = caplog.at_level(logging.INFO, logger="train")
+    with logged, pytest.raises(RunInterrupted), reported_interruption(state, str(tmp_path)):
+        raise KeyboardInterrupt
     assert [r.getMessage() for r in caplog.records] == [
         "stopped by Ctrl+C (SIGINT) in epoch 3 of 7 (after step 120 of 250), before its first "
         "checkpoint (written when epoch 1 ends): nothing to resume",
@@ -59,10 +59,12 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path, ca
 
 def test_other_ranks_stop_quietly_and_other_errors_pass(tmp_path, caplog):
     state = a_run(tmp_path, checkpoint=True)
-    with caplog.at_level(logging.INFO, logger="train"), pytest.raises(RunInterrupted):
-        with reported_interruption(state, str(tmp_path), report=False):
-            raise KeyboardInterrupt
+    quiet = reported_interruption(state, str(tmp_path), report=False)
+    with caplog.at_level(logging.INFO, logger="train"), pytest.raises(RunInterrupted), quiet:
+        raise KeyboardInterrupt
     assert caplog.records == []
-    with pytest.raises(ValueError, match="not a signal"):
-        with reported_interruption(state, str(tmp_path)):
-            raise ValueError("not a signal")
+    with (
+        pytest.raises(ValueError, match="not a signal"),
+        reported_interruption(state, str(tmp_path)),
+    ):
+        raise ValueError("not a signal")

@@ -217,6 +217,16 @@ def test_only_the_own_data_defaults_weights_may_be_missing(tmp_path):
     assert not plan("train=yolox").start.optional
 
 
-def test_the_trackers_are_planned_in_the_order_given():
+def test_the_trackers_are_planned_in_the_order_given_and_each_one_installed():
+    from msdet.engine.training.plan import trackers
+
     assert plan().trackers == ()
-    assert plan("train.track=swanlab,mlflow").trackers == ("swanlab", "mlflow")
+    both = load_config("train", ["train.track=swanlab,mlflow"]).train
+    assert trackers(both, installed=lambda name: True) == ("swanlab", "mlflow")
+    with pytest.raises(PlanError) as err:
+        trackers(both, installed=lambda name: name != "swanlab")
+    assert str(err.value) == (
+        "train.track=swanlab,mlflow: swanlab is not installed here: pip install "
+        "'swanlab<0.6.5' (later releases need protobuf<7, which MindSpore 2.10 cannot load), "
+        "or pip install 'msdet[tracking]'; or leave swanlab out of train.track"
+    )
