@@ -169,9 +169,9 @@ class MlflowTracking(TrackerCallback):
             if self.local is not None:  # a local store keeps its files beside it
                 artifacts = "file://" + os.path.join(self.local, "mlflow-artifacts")
             experiment = self.client.create_experiment(self.project, artifact_location=artifacts)
-        tags = {"msdet.run_dir": os.path.abspath(self.run_dir)}
+        tags = {"msdet_run_dir": os.path.abspath(self.run_dir)}
         if start_epoch:
-            tags["msdet.resumed_after_epoch"] = str(start_epoch)
+            tags["msdet_resumed_after_epoch"] = str(start_epoch)
         self.run_id = self.client.create_run(experiment, run_name=run_name, tags=tags).info.run_id
         params = [Param(k, v[:6000]) for k, v in config_params(self.config).items()]
         for i in range(0, len(params), MLFLOW_BATCH):

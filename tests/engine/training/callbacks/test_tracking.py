@@ -85,7 +85,7 @@ def test_mlflow_holds_the_config_the_rows_and_the_pictures(tmp_path, monkeypatch
     assert (run.info.run_name, run.info.status) == ("exp3", "FINISHED")
     assert run.data.params["train.epochs"] == "2"
     assert run.data.params["model.name"] == "yolox_nano"
-    assert run.data.tags["msdet.run_dir"] == str(run_dir)
+    assert run.data.tags["msdet_run_dir"] == str(run_dir)
 
     def history(key):
         return [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, key)]
