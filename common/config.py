@@ -221,8 +221,9 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
 
     spec = COMMANDS[command]
     parsed = dataset_folder(parse_overrides(overrides))
-    recipe = choose_recipe(parsed)
-    if not any(o.key == "train" for o in parsed) and recipe.option != DEFAULT_RECIPE:
+    trains = "train" in spec.sections
+    recipe = choose_recipe(parsed) if trains else Recipe(DEFAULT_RECIPE, "not a training command")
+    if trains and not any(o.key == "train" for o in parsed) and recipe.option != DEFAULT_RECIPE:
         parsed.append(Override("train", recipe.option, f"train={recipe.option}"))
     groups = [o for o in parsed if o.key in GROUPS]
     for o in groups:

@@ -107,8 +107,9 @@ def build_callbacks(
                                            parts.evaluation.tensorboard_images))  # fmt: skip
         # MLflow and SwanLab beside TensorBoard (train.track): the config, the same rows
         # and the run's pictures, in the trackers its users compare runs in
-        config = OmegaConf.to_container(cfg, resolve=True)
-        cbs += [TRACKERS[name](state, config, rt.run_dir) for name in plan.trackers]
+        if plan.trackers:
+            config = OmegaConf.to_container(cfg, resolve=True)
+            cbs += [TRACKERS[name](state, config, rt.run_dir) for name in plan.trackers]
         if plan.patience:  # one rank only: the plan refuses it with several
             cbs.append(EarlyStopping(state, plan.patience))
         if plan.profile_steps:

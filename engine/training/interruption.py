@@ -26,6 +26,7 @@ from msdet.engine.training.run_folder import fresh_command, resume_command
 log = logging.getLogger("train")
 
 OVERRIDES = "overrides.txt"  # the run's command line (engine.cli.Run.write_record)
+SIGTERM_NAME = "SIGTERM (a kill, a scheduler, or Ctrl+C during a graph run: MindSpore passes it on)"
 
 
 class Terminated(BaseException):
@@ -89,12 +90,19 @@ def reported_interruption(state: Any, run_dir: str, report: bool = True) -> Iter
     def terminate(signum: int, frame: Any) -> None:
         raise Terminated()
 
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
     previous = signal.signal(signal.SIGTERM, terminate)
+    # MindSpore (2.10, measured) installs a SIGINT handler of its own that sends the process
+    # a SIGTERM, at start-up and again at each graph run: Python's, installed again here,
+    # names a Ctrl+C outside a graph run; one during a graph run arrives as SIGTERM.
+    previous_int = signal.signal(signal.SIGINT, interrupt)
     try:
         yield
     except (KeyboardInterrupt, Terminated) as err:
         signum = signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
-        name = "Ctrl+C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
+        name = "Ctrl+C (SIGINT)" if signum == signal.SIGINT else SIGTERM_NAME
         lines = interruption_report(state, run_dir, name, run_argv(run_dir))
         if report:
             for line in lines:
@@ -102,3 +110,4 @@ def reported_interruption(state: Any, run_dir: str, report: bool = True) -> Iter
         raise RunInterrupted(signum, "; ".join(lines)) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
