@@ -24,23 +24,15 @@ import os
 import time
 from typing import Any
 
+from msdet.engine.evaluation.plots import FILES as PLOT_FILES
+from msdet.engine.evaluation.plots import VAL_PREDICTIONS_FILE as VAL_GRID
 from msdet.engine.training.callbacks.base import RECORD, EpochCallback, TrainState
+from msdet.engine.training.run_record import RESULTS_PNG
 
 log = logging.getLogger("train")
 
-# The run folder's pictures, logged once the final evaluation wrote them (engine.evaluation
-# .plots names the plots; the val grid is engine.training.validation's).
-PICTURES = (
-    "results.png",
-    "val_predictions.jpg",
-    "confusion_matrix.png",
-    "confusion_matrix_normalized.png",
-    "PR_curve.png",
-    "P_curve.png",
-    "R_curve.png",
-    "F1_curve.png",
-)
-VAL_GRID = "val_predictions.jpg"
+# The run folder's pictures, logged once the final evaluation wrote them.
+PICTURES = (RESULTS_PNG, VAL_GRID, *PLOT_FILES.values())
 FINAL_METRICS = ("mAP", "mAP50", "mAP75")
 MLFLOW_BATCH = 100  # MLflow takes at most 100 parameters per call
 
