@@ -50,11 +50,16 @@ def interruption_report(
     callbacks' ``TrainState``), the last checkpoint in ``run_dir`` and the epoch it holds,
     and the command that resumes the run (``argv``: its command line), or the one that
     starts it again when no checkpoint was written yet."""
-    where = f"in epoch {state.epoch} of {state.epochs}" if state.epoch else "before its first epoch"
-    if state.epoch and state.steps:
-        where += f" (after step {state.steps} of {state.steps_per_epoch})"
-    last = os.path.join(run_dir, CHECKPOINTS, LAST)
     saved = max(int(getattr(state, "saved_epoch", 0)), int(state.start_epoch))
+    if not state.epoch:
+        where = "before its first epoch"
+    elif saved >= state.epoch:  # between the epoch's checkpoint and the next epoch's steps
+        where = f"after epoch {state.epoch} of {state.epochs}"
+    else:
+        where = f"in epoch {state.epoch} of {state.epochs}" + (
+            f" (after step {state.steps} of {state.steps_per_epoch})" if state.steps else ""
+        )
+    last = os.path.join(run_dir, CHECKPOINTS, LAST)
     if os.path.isfile(last) and saved:
         return [
             f"stopped by {signal_name} {where}; the last checkpoint: {last} (after epoch {saved}, "

@@ -67,6 +67,16 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path, ca
     ]
 
 
+def test_a_run_stopped_between_epochs_says_after_which(tmp_path):
+    from msdet.engine.training.interruption import interruption_report
+
+    state = a_run(tmp_path, checkpoint=True)
+    state.saved_epoch = 3  # epoch 3's checkpoint is written; epoch 4 has not begun
+    (first, _) = interruption_report(state, str(tmp_path), "SIGTERM", [])
+    assert first.startswith("stopped by SIGTERM after epoch 3 of 7; the last checkpoint: ")
+    assert first.endswith("(after epoch 3, 3 of 7 epochs trained)")
+
+
 def test_other_ranks_stop_quietly_and_other_errors_pass(tmp_path, caplog):
     state = a_run(tmp_path, checkpoint=True)
     quiet = reported_interruption(state, str(tmp_path), report=False)
