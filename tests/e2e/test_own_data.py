@@ -51,8 +51,8 @@ def test_a_stopped_run_on_own_data_resumes_and_its_checkpoint_knows_its_data(tmp
     generate_shapes(str(data), 24, 8, seed=4)
     run_dir = tmp_path / "run"
     args = [f"data={data}", *SETTINGS, f"run.dir={run_dir}"]
-    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     first = run_dir / "checkpoints" / "epoch_0001.ckpt"
     deadline = time.time() + 600
     while not first.exists() and time.time() < deadline and proc.poll() is None:
