@@ -2,7 +2,8 @@
 ckpt=PATH ...`` from a clone).
 
 The network, its class count and input size come from the checkpoint's description (a
-checkpoint written before msdet described them also needs ``model=...``). Uses the EMA
+checkpoint written before msdet described them also needs ``model=...``); so does the
+dataset, unless ``data=...`` names one: the val split of the data it trained on. Uses the EMA
 weights when present, letterboxed val images of the data config at ``eval.img_size``, and
 writes detections.json, metrics.json and the evaluation plots into its run folder
 (``runs/eval/exp*``). ``ckpt=`` also takes a file export.py wrote (``.mindir``, ``.onnx``):
@@ -31,11 +32,16 @@ def evaluate(run: Run) -> None:
     # These import MindSpore, which must load after setup_runtime prepared the environment.
     from msdet.data.build import build_val_source
     from msdet.data.pipeline import build_eval_dataset
+    from msdet.data.record import names_dataset, recorded_data_config
     from msdet.engine.evaluation.loop import evaluate_on_dataset
     from msdet.engine.inference.exported import load_inference_model, score_labels
 
-    val = build_val_source(cfg.data)
     model = load_inference_model(cfg, run.typed, rt)
+    data_cfg = cfg.data
+    if model.data is not None and not names_dataset(run.typed):
+        data_cfg, line = recorded_data_config(model.data, cfg.data, run.typed, cfg.ckpt)
+        log.info("%s", line)
+    val = build_val_source(data_cfg)
     labels = score_labels(
         model.class_names,
         model.num_classes,
@@ -52,7 +58,7 @@ def evaluate(run: Run) -> None:
         len(val),
         list(model.img_size),
     )
-    dataset = build_eval_dataset(cfg.data, val, model.img_size, model.batch_size)
+    dataset = build_eval_dataset(data_cfg, val, model.img_size, model.batch_size)
     metrics, _ = evaluate_on_dataset(
         model.net, model.nms, dataset, val, run.dir, plots=True, labels=labels
     )

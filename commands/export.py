@@ -10,8 +10,8 @@ The file lands beside the checkpoint (or in ``export.out``) as
 ``<checkpoint stem>_<model>_<h>x<w>_b<batch>[_nms].mindir|.onnx``, with its report
 ``<file>.json``: input/output layout, NMS settings, the max difference between the file's
 outputs and the network's on sample images, and the val split's mAP of the file beside the
-checkpoint's (``export.val``; the data config's split, so name the model's dataset with
-``data=...``). A file that scores differently from its checkpoint is an error. The file
+checkpoint's (``export.val``: the val split of the dataset the checkpoint trained on, or
+of ``data=...``). A file that scores differently from its checkpoint is an error. The file
 carries its own description: eval.py and predict.py take it as ``ckpt=``. The run folder
 (``runs/export/exp*``) holds the log and both evaluations. ``--help`` lists the main
 settings, ``--help all`` every one.

@@ -23,6 +23,7 @@ def train(run: Run) -> None:
 
     rt = setup_runtime(run.cfg.runtime, run.dir)
     # Imports MindSpore: only after setup_runtime prepared the process environment.
+    from msdet.engine.training.interruption import RunInterrupted
     from msdet.engine.training.trainer import TrainingFailedError, run_training
 
     try:
@@ -30,6 +31,8 @@ def train(run: Run) -> None:
     except TrainingFailedError as err:
         log.error("training stopped: %s", err)
         sys.exit(1)
+    except RunInterrupted as err:  # reported where it stopped: exit as the signal would
+        sys.exit(128 + err.signum)
     if metrics:
         log.info(
             "done: mAP %.4f, mAP50 %.4f; run folder %s", metrics["mAP"], metrics["mAP50"], run.dir

@@ -19,7 +19,11 @@ type them. Around Hydra's composition this module decides, before any work start
 - the input sizes, once (:func:`resolve_sizes`): ``eval.img_size`` (null: ``data.img_size``)
   and the training input ``train.input_size`` (``data.img_size`` x ``train.img_scale``,
   :func:`scaled_size`), which the trainer, the data pipeline, resume and the run's records
-  read as they are.
+  read as they are;
+- the training recipe (:func:`choose_recipe`): without ``train=...``, the built-in sets
+  train with the toy recipe ``train=shapes`` and any other dataset (``data=PATH``,
+  ``data=coco``) with YOLOX's fine-tuning recipe ``train=yolox``; ``train.recipe`` says
+  which and why, for the run's header.
 """
 
 from __future__ import annotations
@@ -41,13 +45,31 @@ GROUPS = ("model", "data", "train", "runtime")
 # Keys whose values are paths, globs or names: taken verbatim from the command line (Hydra's
 # grammar would read the brackets of a glob as a list).
 VERBATIM = ("ckpt", "source", "data.root", "data.cache_dir", "run.dir", "run.name", "run.root",
-            "train.resume", "train.pretrained", "export.out")  # fmt: skip
+            "train.resume", "train.pretrained", "train.mlflow_uri", "train.track",
+            "export.out")  # fmt: skip
 # Keys load_config derives from others (:func:`resolve_sizes`): what each one is, for the
 # error a typed one gets and for --help.
 DERIVED = {
     "train.input_size": "the training input, data.img_size x train.img_scale with each side "
     f"rounded to a multiple of {SIZE_STRIDE}",
+    "train.recipe": "the train group's option and why: train=..., or the dataset's default",
+    "train.weights_optional": "true: official weights not at hand start from scratch (own data)",
 }
+# The built-in synthetic sets (configs/data/): the toy recipe train=shapes is theirs.
+BUILT_IN_DATA = ("shapes", "shapes_stars")
+DEFAULT_RECIPE = "shapes"  # config.yaml's train group
+OWN_DATA_RECIPE = "yolox"  # YOLOX's fine-tuning recipe (configs/train/yolox.yaml)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The train group option a command line gets (:func:`choose_recipe`): ``option``, the
+    reason in words for the run's header, and whether ``train.pretrained=auto`` may start
+    from scratch when the official weights cannot be had (``weights_optional``)."""
+
+    option: str
+    why: str
+    weights_optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,6 +221,10 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
 
     spec = COMMANDS[command]
     parsed = dataset_folder(parse_overrides(overrides))
+    trains = "train" in spec.sections
+    recipe = choose_recipe(parsed) if trains else Recipe(DEFAULT_RECIPE, "not a training command")
+    if trains and not any(o.key == "train" for o in parsed) and recipe.option != DEFAULT_RECIPE:
+        parsed.append(Override("train", recipe.option, f"train={recipe.option}"))
     groups = [o for o in parsed if o.key in GROUPS]
     for o in groups:
         _check_group_option(o)
@@ -225,8 +251,36 @@ def load_config(command: str, overrides: Sequence[str] = ()) -> Any:
             OmegaConf.update(cfg, o.key, o.value, merge=False)
     validate(cfg, spec.sections)
     resolve_sizes(cfg)
+    with open_dict(cfg):
+        cfg.train.recipe = f"{cfg.train.name} ({recipe.why})"
+        cfg.train.weights_optional = recipe.weights_optional
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def choose_recipe(parsed: Sequence[Override]) -> Recipe:
+    """The train group option for the command line ``parsed`` (after :func:`dataset_folder`).
+
+    ``train=...`` typed is the user's choice. Otherwise the built-in sets
+    (:data:`BUILT_IN_DATA`, the default) train with the toy recipe ``shapes``; any other
+    dataset (``data=PATH``, ``data=coco``) with ``yolox``, the recipe YOLOX fine-tunes with
+    (configs/train/yolox.yaml names each value's source in YOLOX 0.3.0), from the original's
+    COCO weights when they can be had: unless ``train.pretrained`` is typed, weights that
+    cannot be had (no cache, no network) start the run from scratch, said so. ``train.*``
+    settings typed apply on top of either recipe."""
+    typed = {o.key: o for o in parsed}
+    if "train" in typed:
+        return Recipe(str(typed["train"].value), f"train={typed['train'].value}")
+    data = typed.get("data")
+    if data is None or str(data.value) in BUILT_IN_DATA:
+        shown = "shapes" if data is None else data.value
+        return Recipe(DEFAULT_RECIPE, f"the built-in set's default: data={shown}")
+    root = typed.get("data.root")
+    if root is not None and "data.name" in typed:  # data=PATH (dataset_folder)
+        given = f"data={root.value}"
+    else:
+        given = f"data={data.value}" + (f" data.root={root.value}" if root is not None else "")
+    return Recipe(OWN_DATA_RECIPE, f"own data: {given}", "train.pretrained" not in typed)
 
 
 def scaled_size(size: Sequence[int], scale: float) -> list[int]:

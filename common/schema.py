@@ -76,6 +76,8 @@ class Spec:
         """What the key takes, in words: "an integer >= 1", "one of O0, O1, O2"."""
         if self.kind == "choice":
             text = "one of " + ", ".join(self.choices)
+        elif self.kind == "names":
+            text = "a list of names, each once, of " + ", ".join(self.choices) + " ([] for none)"
         else:
             text = _WORDS[self.kind]
             bounds = []
@@ -152,6 +154,20 @@ def _list(item: Callable[[Spec, Any], Any]) -> Callable[[Spec, Any], list]:
     return check
 
 
+def _names(spec: Spec, value: Any) -> list[str]:
+    """Names as a list, one name, or names separated by commas (``mlflow,swanlab``, as typed
+    on a command line; ``[mlflow, swanlab]`` typed verbatim too), each one of ``choices``
+    once."""
+    if isinstance(value, str):
+        value = [v for v in value.strip().strip("[]").split(",") if v.strip()]
+    if isinstance(value, bytes) or not isinstance(value, Sequence):
+        raise ValueError("not names")
+    names = [str(v).strip().strip("'\"") for v in value]
+    if any(n not in spec.choices for n in names) or len(set(names)) != len(names):
+        raise ValueError("not the names it takes")
+    return names
+
+
 def _level(spec: Spec, value: Any) -> int:
     """true/false or a number (IR dump levels: true is 1)."""
     return int(value) if isinstance(value, bool) else _int(spec, value)
@@ -171,6 +187,7 @@ _KINDS: dict[str, Callable[[Spec, Any], Any]] = {
     "floats": _list(_float),
     "ints": _list(_int),
     "strs": _list(_str),
+    "names": _names,
     "level": _level,
     "any": _any,
 }
@@ -260,6 +277,8 @@ SCHEMA: dict[str, Spec] = {
     "train.batch_size": INT_POSITIVE,
     "train.img_scale": Spec("float", above=0, high=4),
     "train.input_size": Spec("size"),  # derived by load_config, never typed (config.DERIVED)
+    "train.recipe": Spec("str"),  # derived, as train.input_size
+    "train.weights_optional": Spec("bool"),  # derived, as train.input_size
     "train.lr_per_img": Spec("float", above=0),
     "train.warmup_epochs": Spec("float", low=0),
     "train.warmup_lr": Spec("float", low=0),
@@ -286,6 +305,10 @@ SCHEMA: dict[str, Spec] = {
     "train.log_interval": INT_POSITIVE,
     "train.max_steps_per_epoch": Spec("int", low=1, null=True),
     "train.tensorboard": Spec("bool"),
+    "train.track": Spec("names", choices=("mlflow", "swanlab")),
+    "train.mlflow_uri": PATH_OR_NULL,
+    "train.swanlab_mode": Spec("choice", choices=("offline", "local", "cloud")),
+    "train.track_project": Spec("str"),
     "train.vis_images": INT_COUNT,
     "train.assigner.rule": Spec("choice", choices=("yolox-0.3.0", "yolox-latest")),
     "train.assigner.center_radius": Spec("float", above=0, null=True),

@@ -70,6 +70,7 @@ def split_paths(
     splits: tuple[str, ...] = ("train", "val"),
     skipped: dict[str, list[str]] | None = None,
     notes: list[str] | None = None,
+    found: dict[str, str] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """split -> (annotation file, image folder), absolute.
 
@@ -78,15 +79,23 @@ def split_paths(
     given as ``data=path/to/folder``) are found in the folder (:mod:`msdet.data.folders`:
     the layouts of the labelling tools, converted to COCO once where they are not COCO).
     ``skipped``, when given, receives per split the files its conversion left out, each
-    with its problem; ``notes`` what was done to read the folder (the log has them too)."""
+    with its problem; ``notes`` what was done to read the folder (the log has them too);
+    ``found`` the folder the dataset resolved to (``root``) and the layout read (``layout``),
+    which checkpoints record (``data.record``)."""
     root = dataset_root(data_cfg)
     given = {s: (data_cfg[s].ann_file, data_cfg[s].img_dir) for s in splits}
     if all(ann is not None and img is not None for ann, img in given.values()):
+        if found is not None:
+            generated = data_cfg.name == "shapes"
+            found.update(root=root, layout="the built-in shapes set" if generated
+                         else "COCO files named by data.train and data.val")  # fmt: skip
         return {
             s: (os.path.join(root, str(a)), os.path.join(root, str(i)))
             for s, (a, i) in given.items()
         }
     layout = find_layout(root, data_cfg.cache_dir, splits)
+    if found is not None:
+        found.update(root=root, layout=layout.tool or layout.kind)
     if skipped is not None:
         skipped.update(layout.skipped)
     if notes is not None:
@@ -109,10 +118,12 @@ def split_paths(
     return paths
 
 
-def build_sources(data_cfg: Any) -> tuple[CocoSource, CocoSource]:
-    """The (train, val) sources of ``data_cfg`` (:func:`split_paths`). A missing
-    annotation file or image folder raises ``FileNotFoundError`` naming the path."""
-    paths = split_paths(data_cfg)
+def build_sources(
+    data_cfg: Any, found: dict[str, str] | None = None
+) -> tuple[CocoSource, CocoSource]:
+    """The (train, val) sources of ``data_cfg`` (:func:`split_paths`, which fills ``found``).
+    A missing annotation file or image folder raises ``FileNotFoundError`` naming the path."""
+    paths = split_paths(data_cfg, found=found)
     train = CocoSource("", *paths["train"])
     val = CocoSource("", *paths["val"])
     if train.category_ids != val.category_ids:

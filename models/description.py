@@ -3,8 +3,9 @@
 Training and the PyTorch converter write one JSON string under :data:`DESCRIPTION_KEY`:
 the architecture (the model's name and every field that shapes the network, see
 ``models.yolox.architecture``; the class count), the class names and the dataset's category
-ids, the input size, and, from training, the composed config; plus the msdet and MindSpore
-versions. eval.py, predict.py and export.py build the network from it, so they need only
+ids, the input size, and, from training, the composed config and the dataset it trained on
+(``data.record``: eval.py, export.py and predict.py take it when no ``data=`` is given);
+plus the msdet and MindSpore versions. eval.py, predict.py and export.py build the network from it, so they need only
 ``ckpt=``; a checkpoint written before descriptions existed reads as None and the entry
 points fall back to the config (``model=...``), as they did then.
 """
@@ -69,6 +70,7 @@ class Description:
     source: str = "train"  # train | convert
     config: dict[str, Any] | None = None  # the composed training config
     versions: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] | None = None  # the dataset it trained on (data.record.data_record)
     schema: int = SCHEMA
 
     @property
@@ -91,8 +93,10 @@ def describe(
     input_size: Sequence[int] | None,
     source: str,
     config: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> Description:
-    """The description of a network built from ``model_cfg`` with ``num_classes`` classes."""
+    """The description of a network built from ``model_cfg`` with ``num_classes`` classes;
+    ``data``: the dataset it trained on (``data.record.data_record``)."""
     from mindspore import __version__ as ms_version
 
     from msdet.models.yolox import architecture
@@ -116,6 +120,7 @@ def describe(
         source=source,
         config=dict(config) if config is not None else None,
         versions={"msdet": MSDET_VERSION, "mindspore": ms_version},
+        data=dict(data) if data is not None else None,
     )
 
 

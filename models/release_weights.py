@@ -93,6 +93,11 @@ class ReleaseWeightsError(OSError):
     """The official weights could not be downloaded or are not the published file."""
 
 
+class ReleaseDownloadError(ReleaseWeightsError):
+    """The official weights are not in the cache and could not be downloaded (no network,
+    an HTTP error, a transfer cut short): they are not at hand."""
+
+
 def release_names() -> list[str]:
     """The model names with official weights (``train.pretrained=<name>``)."""
     return list(RELEASE_FILES)
@@ -278,8 +283,8 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _failed(url: str, filename: str, reason: str) -> ReleaseWeightsError:
-    return ReleaseWeightsError(f"could not download {url} ({reason}). {_by_hand(url, filename)}")
+def _failed(url: str, filename: str, reason: str) -> ReleaseDownloadError:
+    return ReleaseDownloadError(f"could not download {url} ({reason}). {_by_hand(url, filename)}")
 
 
 def _by_hand(url: str, filename: str) -> str:

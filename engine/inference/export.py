@@ -263,8 +263,9 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
     images, scored beside the checkpoint on the val split (``export.val``; the evaluations'
     files go to ``run_dir``), and described in :func:`report_path`. Returns that report;
     :class:`ExportError` when the file cannot be written or computes something else."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
+    from msdet.data.record import RecordedDataError, names_dataset, recorded_data_config
     from msdet.engine.inference.export_check import compare_on_val
     from msdet.models.inference import InferenceNet, build_nms
     from msdet.models.weights import load_described_detector
@@ -278,6 +279,18 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
             "export.py exports a checkpoint (.ckpt)"
         )
     detector, used_ema, description = load_described_detector(cfg.ckpt, cfg.model, typed)
+    recorded = description.data if description else None
+    data_named = names_dataset(typed)
+    if cfg.export.val and recorded is not None and not data_named:
+        # Before the export's minutes: a recorded dataset that is gone stops here.
+        try:
+            data_cfg, line = recorded_data_config(recorded, cfg.data, typed, cfg.ckpt)
+        except RecordedDataError as err:
+            raise RecordedDataError(f"{err}; export.val=false exports without the check") from err
+        with open_dict(cfg):
+            cfg.data = data_cfg
+        log.info("%s", line)
+        data_named = True
     described = description.input_size if description else None
     h, w = inference_size(cfg, typed, described=described, path=cfg.ckpt)
     model_name = description.model["name"] if description else str(cfg.model.name)
@@ -306,6 +319,7 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
         outputs=dict(OUTPUTS_WITH_NMS if with_nms else OUTPUTS_WITHOUT_NMS),
         checkpoint=os.path.basename(cfg.ckpt),
         ema_weights=used_ema,
+        data=recorded,
     )
     try:
         report = export_and_verify(net, sample_images(batch, (h, w)), stem, fmt, info)
@@ -326,7 +340,9 @@ def export_checkpoint(cfg: Any, typed: dict[str, str], run_dir: str, rt: Any = N
         input=INPUT_LAYOUT,
     )
     if cfg.export.val:
-        report["val"] = compare_on_val(cfg, detector, report["file"], typed, rt, run_dir)
+        report["val"] = compare_on_val(
+            cfg, detector, report["file"], typed, rt, run_dir, data_named=data_named
+        )
     with open(report_path(report["file"]), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     val = report.get("val") or {}

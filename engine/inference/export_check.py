@@ -20,7 +20,13 @@ DATA_KEYS = ("data", "data.root", "data.classes")
 
 
 def compare_on_val(
-    cfg: Any, detector: Any, path: str, typed: dict[str, str], rt: Any, run_dir: str
+    cfg: Any,
+    detector: Any,
+    path: str,
+    typed: dict[str, str],
+    rt: Any,
+    run_dir: str,
+    data_named: bool | None = None,
 ) -> dict[str, Any]:
     """Score ``detector`` (the checkpoint's network, with NMS from ``cfg.eval``) and the
     exported file ``path`` (as eval.py runs it) on the val split of ``cfg.data``, at the
@@ -30,8 +36,10 @@ def compare_on_val(
     Returns the report's ``val`` entry: the split, its image count, each side's mAP and
     mAP50, their difference, ``agrees`` (within :data:`MAP_TOLERANCE`) and the ``verdict``
     line; or ``{"skipped": reason}`` when the data config's split cannot be scored (it does
-    not exist, or has other classes than the model: an error when the command line named
-    that dataset, since the user says it is the model's)."""
+    not exist, or has other classes than the model: an error when the dataset is named,
+    since it is then the model's). ``data_named``: whether ``cfg.data`` is the model's
+    dataset (named on the command line, or the one its checkpoint recorded); default:
+    whether ``typed`` names one."""
     from msdet.data.build import build_val_source, dataset_classes
     from msdet.data.pipeline import build_eval_dataset
     from msdet.engine.evaluation.loop import evaluate_on_dataset
@@ -55,7 +63,8 @@ def compare_on_val(
         )
         val = build_val_source(cfg.data)
     except (ValueError, OSError) as err:
-        if isinstance(err, ClassMismatchError) and any(k in typed for k in DATA_KEYS):
+        named = any(k in typed for k in DATA_KEYS) if data_named is None else data_named
+        if isinstance(err, ClassMismatchError) and named:
             raise ClassMismatchError(
                 f"{err}: {path} is written but cannot be scored on this val split "
                 "(export.val=false leaves the check out)"

@@ -65,6 +65,7 @@ class ExportInfo:
     outputs: dict[str, str]  # output name -> layout
     checkpoint: str  # the checkpoint's file name it was exported from
     ema_weights: bool
+    data: dict[str, Any] | None = None  # the dataset its checkpoint trained on (data.record)
 
     @property
     def batch_size(self) -> int:
@@ -266,9 +267,10 @@ def inference_size(
 class InferenceModel:
     """What eval.py and predict.py run, from a checkpoint or an exported file: ``net``
     (images -> outputs), ``nms`` (outputs -> ``(dets, counts)``), the class count, names
-    and category ids (None: not described), ``summary`` for the log line, and the input
-    to feed it: ``img_size`` ``(h, w)`` (:func:`inference_size`) and ``batch_size`` (an
-    exported file's own, else ``eval.batch_size``)."""
+    and category ids (None: not described), ``summary`` for the log line, the input to
+    feed it: ``img_size`` ``(h, w)`` (:func:`inference_size`) and ``batch_size`` (an
+    exported file's own, else ``eval.batch_size``), and ``data``: the dataset it trained on
+    (``data.record``; None when not recorded)."""
 
     net: Any
     nms: Any
@@ -278,6 +280,7 @@ class InferenceModel:
     summary: str
     img_size: tuple[int, int]
     batch_size: int
+    data: dict[str, Any] | None = None
 
 
 def load_inference_model(
@@ -337,6 +340,7 @@ def load_inference_model(
             summary=f"{name}{'EMA' if used_ema else 'raw'} weights",
             img_size=img_size,
             batch_size=int(cfg.eval.batch_size),
+            data=description.data if description else None,
         )
     model = ExportedModel(cfg.ckpt)
     info = model.info
@@ -363,6 +367,7 @@ def load_inference_model(
         ),
         img_size=img_size,
         batch_size=info.batch_size,
+        data=info.data,
     )
 
 

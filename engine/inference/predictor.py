@@ -123,12 +123,15 @@ class Predictor:
             self.class_names, self.category_ids = model.class_names, model.category_ids
         else:
             self.class_names, self.category_ids = self._classes_without_description(cfg, typed)
+        # The names a described model carries are its training data's (data.record).
+        of_data = f" of {model.data['setting']}, its training data" if model.data else ""
         log.info(
-            "%s: %s, %d classes (%s); score >= %g",
+            "%s: %s, %d classes (%s)%s; score >= %g",
             cfg.ckpt,
             model.summary,
             self.num_classes,
             ", ".join(self.class_names[:5]) + (", ..." if self.num_classes > 5 else ""),
+            of_data,
             self.conf,
         )
 

@@ -32,6 +32,8 @@ from msdet.models.pretrained import CLASS_HEAD, load_pretrained
 from msdet.models.release_weights import (
     RELEASE_CLASSES,
     RELEASE_FILES,
+    ReleaseDownloadError,
+    cached_path,
     check_release_fits,
     fetch_release_weights,
     release_for,
@@ -153,10 +155,14 @@ class Start:
         return self.path is None
 
 
-def resolve_start(value: Any, model_cfg: Any, net: nn.Cell | None = None) -> Start:
+def resolve_start(
+    value: Any, model_cfg: Any, net: nn.Cell | None = None, optional: bool = False
+) -> Start:
     """The file ``train.pretrained`` names (see the module docstring), official weights
     fetched into the cache; ``net`` (the model to train): the parameter shapes a release
-    file without a published sha256 is checked against."""
+    file without a published sha256 is checked against. ``optional`` (the own-data
+    recipe's default ``auto``, ``train.weights_optional``): official weights neither cached
+    nor downloadable start the run from scratch, said so, instead of stopping it."""
     if value is None or str(value) == "":
         return Start(None, "from scratch (train.pretrained=null)")
     value = str(value)
@@ -172,8 +178,16 @@ def resolve_start(value: Any, model_cfg: Any, net: nn.Cell | None = None) -> Sta
         value = name
     if value in RELEASE_FILES:
         check_release_fits(value, model_cfg)
-        path = fetch_release_weights(value, _release_shapes(net) if net is not None else None)
-        return Start(path, f"the original's official COCO weights of {value} ({path})")
+        cached = os.path.isfile(cached_path(value))
+        try:
+            path = fetch_release_weights(value, _release_shapes(net) if net is not None else None)
+        except ReleaseDownloadError as err:
+            if not optional:
+                raise
+            return Start(None, f"from scratch: the original's COCO weights of {value} are not "
+                               f"at hand ({err})")  # fmt: skip
+        how = "from the cache" if cached else "downloaded now"
+        return Start(path, f"the original's official COCO weights of {value} ({path}), {how}")
     if not os.path.exists(value):
         raise ValueError(
             f"train.pretrained={value}: no such file. A model name takes its official COCO "
@@ -204,18 +218,20 @@ def prepare_fine_tuning(
     class_names: Sequence[str],
     model_cfg: Any,
     resume_path: str | None = None,
+    optional: bool = False,
 ) -> FineTuning:
     """``train.pretrained`` and ``train.freeze`` applied to a freshly built network whose
     classes are ``class_names``.
 
     Call before building the optimizer and EMA (the EMA starts from the loaded weights).
     A resumed run keeps its checkpoint's freeze level and loads no pretrained weights (the
-    checkpoint replaces them).
+    checkpoint replaces them). ``optional``: official weights that cannot be had start from
+    scratch (:func:`resolve_start`).
     """
     if resume_path:
         start = Start(resume_path, f"resumed from {resume_path}")
     else:
-        start = resolve_start(tcfg.pretrained, model_cfg, net)
+        start = resolve_start(tcfg.pretrained, model_cfg, net, optional)
         if start.path is not None:
             strict = bool(tcfg.pretrained_strict)
             report = load_pretrained(net, start.path, class_names, strict)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mindspore import nn
+from omegaconf import OmegaConf
 
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.callbacks.augmentation import NoAugSwitch
@@ -27,6 +28,7 @@ from msdet.engine.training.callbacks.records import (
     TensorBoardCallback,
 )
 from msdet.engine.training.callbacks.stopping import EarlyStopping, StopAtEpoch, TimeLimit
+from msdet.engine.training.callbacks.tracking import TRACKERS, TrackerCallback
 from msdet.engine.training.checkpoints import CheckpointManager
 from msdet.engine.training.multiscale import MultiScaleResize, MultiScaleSchedule
 from msdet.engine.training.plan import RunPlan
@@ -103,6 +105,11 @@ def build_callbacks(
         if tcfg.tensorboard:
             cbs.append(TensorBoardCallback(state, os.path.join(rt.run_dir, "tensorboard"),
                                            parts.evaluation.tensorboard_images))  # fmt: skip
+        # MLflow and SwanLab beside TensorBoard (train.track): the config, the same rows
+        # and the run's pictures, in the trackers its users compare runs in
+        if plan.trackers:
+            config = OmegaConf.to_container(cfg, resolve=True)
+            cbs += [TRACKERS[name](state, config, rt.run_dir) for name in plan.trackers]
         if plan.patience:  # one rank only: the plan refuses it with several
             cbs.append(EarlyStopping(state, plan.patience))
         if plan.profile_steps:
@@ -113,3 +120,12 @@ def build_callbacks(
     if plan.time_limit_min:  # one rank only: the plan refuses it with several
         cbs.append(TimeLimit(state, plan.time_limit_min))
     return ordered(cbs)
+
+
+def run_finished(callbacks: list, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Hand the final evaluation's ``metrics`` to the callbacks that report the whole run
+    (the trackers: its pictures are written by then); returns the metrics."""
+    for cb in callbacks:
+        if isinstance(cb, TrackerCallback):
+            cb.finished(metrics)
+    return metrics

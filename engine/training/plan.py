@@ -17,8 +17,9 @@ without a graph (``tests/engine/training/test_plan.py``).
 from __future__ import annotations
 
 import enum
+import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,12 +80,15 @@ class DataSummary:
 @dataclass(frozen=True)
 class StartPlan:
     """``kind`` and what it names: ``pretrained`` (train.pretrained as given; the trainer
-    resolves it to a file), ``resume`` (the checkpoint) and the epochs it trained."""
+    resolves it to a file), ``resume`` (the checkpoint) and the epochs it trained;
+    ``optional``: official weights that cannot be had start the run from scratch, said so
+    (the own-data recipe's default, ``train.weights_optional``), instead of stopping it."""
 
     kind: StartKind
     pretrained: str | None = None
     resume: str | None = None
     epoch: int = 0
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class RunPlan:
     device_nms: bool  # the evaluation's NMS may run on the device (checked on first use)
     ranks: int = 1
     notes: tuple[str, ...] = field(default=())
+    trackers: tuple[str, ...] = ()  # experiment trackers beside TensorBoard (train.track)
 
     @property
     def epochs(self) -> int:
@@ -270,6 +275,7 @@ def plan_run(
         device_nms=rt.device == "Ascend" and not rt.host_nms,
         ranks=rt.world_size,
         notes=_notes(rt, profiling),
+        trackers=trackers(tcfg),
     )
 
 
@@ -394,7 +400,43 @@ def plan_start(cfg: Any, resume: Any, class_names: Sequence[str], epochs: int) -
     value = cfg.train.pretrained
     if value is None or str(value) == "":
         return StartPlan(StartKind.SCRATCH)
-    return StartPlan(StartKind.PRETRAINED, pretrained=str(value))
+    optional = bool(cfg.train.get("weights_optional", False))
+    return StartPlan(StartKind.PRETRAINED, pretrained=str(value), optional=optional)
+
+
+# The experiment trackers (train.track) and how to install each: both are optional. SwanLab
+# from 0.6.5 on requires protobuf<7; MindSpore 2.10's generated code refuses a protobuf
+# older than 7.34 (measured: a VersionError when MindSpore loads), so its last release
+# without that bound is the one that installs beside MindSpore.
+TRACKERS = {
+    "mlflow": "pip install mlflow",
+    "swanlab": "pip install 'swanlab<0.6.5' (later releases need protobuf<7, which MindSpore "
+    "2.10 cannot load)",
+}
+
+
+def trackers(tcfg: Any, installed: Callable[[str], bool] | None = None) -> tuple[str, ...]:
+    """The experiment trackers ``train.track`` names, in the order given (the config
+    checked them: each one of :data:`TRACKERS`, once); () when off. A tracker whose
+    package is not installed (``installed(name)``; default: importable here) is refused
+    with the command that installs it."""
+    names = tcfg.get("track") or ()
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    names = tuple(str(n) for n in names)
+    unknown = [n for n in names if n not in TRACKERS]
+    if unknown:
+        raise PlanError(f"train.track: {', '.join(unknown)} is not a tracker msdet has; it "
+                        f"has {', '.join(TRACKERS)}")  # fmt: skip
+    have = installed or (lambda name: importlib.util.find_spec(name) is not None)
+    for name in names:
+        if not have(name):
+            raise PlanError(
+                f"train.track={','.join(names)}: {name} is not installed here: "
+                f"{TRACKERS[name]}, or pip install 'msdet[tracking]'; or leave {name} out of "
+                "train.track"
+            )
+    return names
 
 
 def resumed_epoch(resume: Any) -> int:

@@ -6,7 +6,8 @@
   first plots) is no run: a fresh run clears it, with one log line.
 - ``train.resume=auto`` continues the run of its folder (without a named folder: the latest
   run under ``<run.root>/train``). When that run wrote no checkpoint there is nothing to
-  resume, and the message says that a fresh run may start there.
+  resume, and the message says that a fresh run may start there; when no run was ever
+  there, the message says so and gives the command that starts it (:func:`fresh_command`).
 - ``train.resume=PATH`` to one of the folder's own checkpoints is the same as ``auto``;
   a checkpoint of another run continues that run in this folder only when the folder holds
   no run of its own (or with ``train.overwrite=true``).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 from msdet.common.runs import latest_run, resolve_run_folder
@@ -79,6 +81,13 @@ def accept_train_folder(run: Any) -> None:
     tcfg = run.cfg.train
     resume = str(tcfg.resume) if tcfg.resume else ""
     if resume == "auto" or (resume and inside_run(resume, run.dir)):
+        traces = [n for n in (*RUN_OUTPUTS, *RESULTS) if os.path.exists(os.path.join(run.dir, n))]
+        if resume == "auto" and not traces:
+            was = "was created now" if getattr(run.folder, "created", False) else "is empty"
+            raise ValueError(
+                f"train.resume=auto: no run to continue in {run.dir} (the folder {was}): "
+                f"start one there with: {fresh_command(getattr(run, 'argv', []))}"
+            )
         if resume == "auto" and not resume_candidates(run.dir):
             raise ValueError(
                 f"train.resume=auto: nothing to resume in {run.dir}: its run wrote no "
@@ -117,3 +126,26 @@ def accept_train_folder(run: Any) -> None:
     for name in found:
         path = os.path.join(run.dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+# What a command line says about where a run goes and whether it continues one.
+_RUN_KEYS = ("train.resume", "train.overwrite", "run.dir", "run.name", "run.root")
+
+
+def fresh_command(argv: Sequence[str]) -> str:
+    """The ``msdet train`` command line of ``argv`` without ``train.resume``: the run it
+    asked to continue, started."""
+    kept = [a for a in argv if _key(a) != "train.resume"]
+    return " ".join(["msdet train", *kept])
+
+
+def resume_command(argv: Sequence[str], run_dir: str) -> str:
+    """The ``msdet train`` command line that continues the run of ``run_dir`` started with
+    ``argv``: its settings (a resume refuses another model) with ``run.dir=`` that folder
+    and ``train.resume=auto``."""
+    kept = [a for a in argv if _key(a) not in _RUN_KEYS]
+    return " ".join(["msdet train", *kept, f"run.dir={run_dir}", "train.resume=auto"])
+
+
+def _key(setting: str) -> str:
+    return setting.partition("=")[0].lstrip("+")

@@ -92,6 +92,41 @@ def plot_results(rows: Sequence[dict[str, Any]], path: str) -> None:
 # The shading of the epochs without mosaic/mixup, where YOLOX adds the L1 term.
 NO_AUG_LABEL = "mosaic/mixup off, L1 term on"
 VAL_LABEL = "val split (no L1 term)"
+# A loss panel's y axis ends at this multiple of the training loss's 95th percentile when
+# val losses lie above it: an evaluation before BatchNorm settles scores val losses in the
+# hundreds or thousands (docs/training.md), which would flatten the training curve.
+CLIP_PERCENTILE = 95
+CLIP_FACTOR = 2.0
+
+
+def clipped_top(train: Sequence[float], val: Sequence[float]) -> float | None:
+    """The top of a loss panel's y axis when some of the ``val`` losses would flatten the
+    ``train`` curve (above :data:`CLIP_FACTOR` x the training losses' 95th percentile, or
+    above every finite training loss when there is none); None when every value fits."""
+    import numpy as np
+
+    finite = [v for v in train if math.isfinite(v)]
+    if not finite:
+        return None
+    top = CLIP_FACTOR * float(np.percentile(finite, CLIP_PERCENTILE))
+    top = max(top, max(finite))
+    return top if any(v > top for v in val) else None
+
+
+def _clip_val(ax: Any, values: list[float], val: list[tuple[int, float]], top: float) -> None:
+    """Cut the panel's y axis at ``top`` (``values``: every value it shows), mark the val
+    losses above it at the top edge, and say so under the panel."""
+    above = [(e, v) for e, v in val if v > top]
+    low = min(v for v in values if v <= top)
+    ax.set_ylim(low - 0.05 * (top - low), top)
+    ax.plot([e for e, _ in above], [top] * len(above), linestyle="none", marker="^",
+            color="tab:orange", clip_on=False)  # fmt: skip
+    shown = ", ".join(str(e) for e, _ in above[:4]) + (", ..." if len(above) > 4 else "")
+    ax.set_xlabel(
+        f"epoch\nval above the axis (^) at epoch {shown}, max {max(v for _, v in above):,.0f}:\n"
+        f"axis cut at {CLIP_FACTOR:g}x the training loss's {CLIP_PERCENTILE}th percentile",
+        fontsize=7,
+    )
 
 
 def no_aug_start(rows: Sequence[dict[str, Any]]) -> int | None:
@@ -108,7 +143,8 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
     and the learning rate per epoch, one panel each. The epochs trained with the L1 term are
     shaded in the loss panels and the legend says so: the training loss jumps by that term
     there (while the other terms usually drop on the unaugmented images); the val loss
-    leaves it out."""
+    leaves it out. Val losses far above the training losses (:func:`clipped_top`) are
+    marked at the top edge of a cut axis, which the panel says."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,12 +169,16 @@ def results_figure(rows: Sequence[dict[str, Any]]) -> Any:
         val = [(r["epoch"], r[val_key]) for r in rows if not math.isnan(r.get(val_key, math.nan))]
         if val:
             ax.plot(*zip(*val), marker="s", markersize=3, label=VAL_LABEL)
+            top = clipped_top([v for _, v in pts], [v for _, v in val])
+            if top is not None:
+                _clip_val(ax, [v for _, v in pts + val], val, top)
         if start is not None and key.startswith("loss_"):
             ax.axvspan(
                 start - 0.5, max(epochs) + 0.5, color="tab:orange", alpha=0.15, label=NO_AUG_LABEL
             )
         ax.set_title(titles.get(key, key))
-        ax.set_xlabel("epoch")
+        if not ax.get_xlabel():  # a cut axis says so in its label
+            ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
     labels = axes.flat[0].get_legend_handles_labels()[1]
     if len(labels) > 1:  # the val split's line or the shading beside the training batches

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from msdet.data.build import build_sources
 from msdet.data.labels_plot import write_labels_plot
 from msdet.data.pipeline import build_train_dataset
+from msdet.data.record import data_record
 from msdet.data.summary import summarise_annotations
 from msdet.engine.runtime.amp import apply_amp
 from msdet.engine.runtime.compiler import (
@@ -30,7 +31,8 @@ from msdet.engine.training.callbacks.base import TrainState
 from msdet.engine.training.checkpoints import restore_training_state
 from msdet.engine.training.fine_tuning import META_FREEZE, freeze_level_code, prepare_fine_tuning
 from msdet.engine.training.graphs import compile_budget, describe_budget
-from msdet.engine.training.hooks import RunParts, build_callbacks
+from msdet.engine.training.hooks import RunParts, build_callbacks, run_finished
+from msdet.engine.training.interruption import reported_interruption
 from msdet.engine.training.jit_loop import JitLoop
 from msdet.engine.training.loops import ModelLoop, TrainLoop
 from msdet.engine.training.plan import DataSummary, Loop, RunPlan, StartKind, plan_run
@@ -64,7 +66,7 @@ def run_training(
     run's config record then: a refused resume leaves the folder's record as it was).
     """
     tcfg = cfg.train
-    train_src, val_src = load_data(cfg, rt)
+    train_src, val_src, data = load_data(cfg, rt)
     resume = load_resume_source(str(tcfg.resume), rt.run_dir) if tcfg.resume else None
     plan = plan_run(cfg, rt, DataSummary.of(cfg.data.name, train_src, val_src), resume)
     loop = build_loop(plan, rt)  # before the network: it sets the mode the network is built in
@@ -75,7 +77,7 @@ def run_training(
         synced = convert_sync_batchnorm(net)
         log.info("runtime.sync_bn: %d BatchNorm layers synced over %d ranks", synced, rt.world_size)
     fine_tuning = prepare_fine_tuning(
-        net, tcfg, train_src.class_names, cfg.model, plan.start.resume
+        net, tcfg, train_src.class_names, cfg.model, plan.start.resume, plan.start.optional
     )
     net = apply_amp(net, rt)  # at O1 a rewritten network: train that one
     loss = YOLOXLoss(
@@ -117,7 +119,7 @@ def run_training(
     evaluation = TrainingEvaluation(
         cfg, rt, num_classes, val_src, net, train_step.ema, compile_cell=loop.compile_eval
     )
-    meta = checkpoint_meta(cfg, train_src, fine_tuning.freeze)
+    meta = checkpoint_meta(cfg, train_src, fine_tuning.freeze, data)
     parts = RunParts(train_step, net, loss, train_src, evaluation, meta)
     callbacks = build_callbacks(cfg, plan, rt, state, parts)
     log_header(cfg, plan, rt, fine_tuning.start, start_epoch)
@@ -127,8 +129,11 @@ def run_training(
         accepted()
 
     started = time.time()
-    try:
-        loop.run(train_step, dataset, callbacks, initial_epoch=start_epoch * plan.sinks_per_epoch)
+    try:  # SIGTERM or Ctrl+C: where it stopped and how to resume, said (interruption)
+        with reported_interruption(state, rt.run_dir, rt.is_main):
+            loop.run(
+                train_step, dataset, callbacks, initial_epoch=start_epoch * plan.sinks_per_epoch
+            )
     except Exception:
         # A failed graph compile leaves MindSpore's analysis in ./rank_<id>/om/.
         analysis = collect_compile_failure(rt.run_dir, started)
@@ -137,7 +142,7 @@ def run_training(
         raise
     if state.failure:
         raise TrainingFailedError(state.failure)
-    return evaluation.final(last_was_best=state.is_best)
+    return run_finished(callbacks, evaluation.final(last_was_best=state.is_best))
 
 
 def build_loop(plan: RunPlan, rt: Runtime) -> TrainLoop:
@@ -145,10 +150,12 @@ def build_loop(plan: RunPlan, rt: Runtime) -> TrainLoop:
     return JitLoop(plan, rt) if plan.loop is Loop.JIT else ModelLoop(plan, rt)
 
 
-def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
-    """The train and val sources, reported in the log; the compile cache keyed by their
-    class count (it sets the head's shapes)."""
-    train_src, val_src = build_sources(cfg.data)
+def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any, dict]:
+    """The train and val sources, reported in the log, and what checkpoints record of them
+    (``data.record``); the compile cache keyed by their class count (it sets the head's
+    shapes)."""
+    found: dict[str, str] = {}
+    train_src, val_src = build_sources(cfg.data, found)
     num_classes = train_src.num_classes
     log.info(
         "data %s: %d train / %d val images, %d classes: %s",
@@ -169,7 +176,7 @@ def load_data(cfg: Any, rt: Runtime) -> tuple[Any, Any]:
 
         key = training_graph_key(cfg, num_classes)
         enable_compile_cache(key, rt.device, rt.kernels.key, ms.__version__)
-    return train_src, val_src
+    return train_src, val_src, data_record(cfg.data, train_src, val_src, found)
 
 
 def _train_dataset(cfg: Any, plan: RunPlan, rt: Runtime, train_src: Any, start_epoch: int) -> Any:
@@ -204,9 +211,10 @@ def _resume(train_step: Any, source: Any, plan: RunPlan, rt: Runtime) -> Any:
     return resume
 
 
-def checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
+def checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str, data: dict | None = None) -> dict:
     """What every checkpoint of the run carries besides its state: the description
-    (``models.description``) and the freeze level (a resumed run keeps it)."""
+    (``models.description``, with ``data``: the dataset, ``data.record``) and the freeze
+    level (a resumed run keeps it)."""
     description = describe(
         cfg.model,
         train_src.num_classes,
@@ -215,6 +223,7 @@ def checkpoint_meta(cfg: Any, train_src: Any, freeze_level: str) -> dict:
         list(cfg.eval.img_size),  # what predict and eval run it at (its mAP was measured there)
         "train",
         OmegaConf.to_container(cfg, resolve=True),
+        data,
     )
     return {DESCRIPTION_KEY: description.to_json(), META_FREEZE: freeze_level_code(freeze_level)}
 
@@ -224,14 +233,15 @@ def log_header(cfg: Any, plan: RunPlan, rt: Runtime, start: Any, start_epoch: in
     compile, and the evaluations that come before BatchNorm settles."""
     lines = plan.describe()
     log.info("%s", lines[0])
-    log.info("start: %s", start.what)
-    if start.scratch and cfg.data.name != "shapes" and release_for(cfg.model):
+    log.info("recipe: %s, start: %s", cfg.train.get("recipe", cfg.train.name), start.what)
+    chosen_scratch = cfg.train.pretrained in (None, "")
+    if chosen_scratch and cfg.data.name != "shapes" and release_for(cfg.model):
         # A small dataset trained from random weights ends near mAP 0 where the same run
         # from pretrained weights learns it: say so where the user looks.
         log.info(
             "start: train.pretrained=auto starts %s from the original's COCO weights "
-            "(the `yolox` recipe, train=yolox, does by default); from scratch needs far "
-            "more data and epochs",
+            "(the default on a dataset of your own); from scratch needs far more data and "
+            "epochs",
             cfg.model.name,
         )
     log.info("%s%s: amp %s", rt.device, f" {rt.chip}" if rt.chip else "", rt.amp_level)

@@ -256,3 +256,45 @@ def test_a_data_path_that_does_not_exist_says_no_such_folder(tmp_path):
             load_config("train", [f"data={typed}"])
     with pytest.raises(ConfigError, match="no such data config; did you mean shapes"):
         load_config("train", ["data=shape"])  # a name: one of configs/data/
+
+
+def test_a_dataset_of_ones_own_defaults_to_yoloxs_fine_tuning_recipe(tmp_path):
+    """Issue 65: data=PATH trained with the toy recipe of the built-in set (0.8x the input
+    size, lr 0.04 at batch 8, from scratch). Now YOLOX's recipe: 1.0x, 0.01 per 64 images,
+    from the COCO weights when they can be had."""
+    own = load_config("train", [f"data={tmp_path}"])
+    t = own.train
+    assert (t.name, t.img_scale, t.lr_per_img, t.pretrained) == ("yolox", 1.0, 0.01 / 64, "auto")
+    assert (t.epochs, t.warmup_epochs, t.no_aug_epochs, t.min_lr_ratio) == (300, 5, 15, 0.05)
+    assert t.input_size == list(own.data.img_size)  # 1.0x, not 0.8x
+    assert t.recipe == f"yolox (own data: data={tmp_path})" and t.weights_optional
+    coco = load_config("train", ["data=coco", "data.root=/data/coco"]).train
+    assert coco.recipe == "yolox (own data: data=coco data.root=/data/coco)"
+
+
+def test_the_users_train_settings_win_over_the_own_data_recipe(tmp_path):
+    shorter = load_config("train", [f"data={tmp_path}", "train.epochs=30"]).train
+    assert (shorter.name, shorter.epochs, shorter.weights_optional) == ("yolox", 30, True)
+    typed = load_config("train", [f"data={tmp_path}", "train.pretrained=yolox_s"]).train
+    assert typed.pretrained == "yolox_s" and not typed.weights_optional  # fails if unavailable
+    toy = load_config("train", [f"data={tmp_path}", "train=shapes"]).train
+    assert (toy.name, toy.img_scale, toy.recipe) == ("shapes", 0.8, "shapes (train=shapes)")
+
+
+def test_the_built_in_sets_keep_the_toy_recipe():
+    t = load_config("train", []).train
+    assert (t.name, t.img_scale, t.pretrained, t.weights_optional) == ("shapes", 0.8, None, False)
+    assert t.recipe == "shapes (the built-in set's default: data=shapes)"
+    stars = load_config("train", ["data=shapes_stars"]).train
+    assert stars.recipe == "shapes (the built-in set's default: data=shapes_stars)"
+    with pytest.raises(ConfigError, match="train.recipe=yolox: train.recipe is not a setting"):
+        load_config("train", ["train.recipe=yolox"])
+
+
+def test_trackers_are_one_setting_as_typed_or_as_a_list():
+    both = load_config("train", ["train.track=mlflow,swanlab"]).train.track
+    assert list(both) == ["mlflow", "swanlab"]
+    assert list(load_config("train", ["train.track=[swanlab]"]).train.track) == ["swanlab"]
+    with pytest.raises(ConfigError, match=r"train.track must be a list of names, each once, of "
+                                          r"mlflow, swanlab \(\[\] for none\), got 'wandb'"):  # fmt: skip
+        load_config("train", ["train.track=wandb"])

@@ -369,9 +369,11 @@ def test_check_measures_boxes_on_the_input_training_uses():
     from msdet.common.config import load_config
     from msdet.data.check import training_input
 
-    cfg = load_config("tool", ["data=coco", "data.img_size=[640,640]"])
+    cfg = load_config("tool", ["data=coco", "data.img_size=[640,640]", "train=shapes"])
     assert training_input(cfg) == (
         (512, 512),
         "the training input: data.img_size 640x640 x train.img_scale",
     )
+    # A dataset of one's own trains with the yolox recipe, at 1.0x.
+    assert training_input(load_config("tool", ["data=coco"]))[0] == (640, 640)
     assert training_input(load_config("tool", ["train=yolox"]))[0] == (320, 320)

@@ -69,6 +69,7 @@ class TrainState:
     is_best: bool = False  # this epoch's evaluation set a new best mAP
     history: list[dict[str, Any]] = field(default_factory=list)
     failure: str | None = None
+    saved_epoch: int = 0  # the epoch of the last checkpoint written (an interruption names it)
 
     def reset_epoch(self, epoch: int) -> None:
         self.epoch = epoch

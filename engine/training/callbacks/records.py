@@ -47,6 +47,7 @@ class CheckpointCallback(EpochCallback):
         )
         try:
             self.manager.save_epoch(self.train_cell, meta, epoch, st.is_best)
+            st.saved_epoch = epoch
         except CheckpointError as err:
             st.failure = str(err)
             log.error("%s", err)

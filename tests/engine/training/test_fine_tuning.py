@@ -221,3 +221,21 @@ def test_a_resumed_run_loads_no_pretrained_weights(tmp_path, release_site):
     tcfg = OmegaConf.create({"pretrained": "auto", "pretrained_strict": True, "freeze": "none"})
     done = prepare_fine_tuning(build_model(nano, 3), tcfg, ["a", "b", "c"], nano, str(path))
     assert done.start.what == f"resumed from {path}" and release_site.requests == []
+
+
+def test_the_own_data_default_starts_from_scratch_when_the_weights_are_not_at_hand(release_site):
+    """Issue 65: a dataset of one's own defaults to the COCO weights when they can be had;
+    without them (nothing cached, no download) the run starts from scratch and says why,
+    where a typed train.pretrained still stops with the way to get the file."""
+    from msdet.engine.training.fine_tuning import resolve_start
+    from msdet.models.release_weights import ReleaseWeightsError
+
+    nano = load_model_config("yolox_nano")
+    start = resolve_start("auto", nano, optional=True)
+    assert start.scratch
+    assert start.what.startswith(
+        "from scratch: the original's COCO weights of yolox_nano are not at hand (could not "
+        f"download {release_site.url}/yolox_nano.pth (HTTP 404"
+    )
+    with pytest.raises(ReleaseWeightsError, match=r"/yolox_nano\.pth \(HTTP 404"):
+        resolve_start("auto", nano)

@@ -67,6 +67,22 @@ def test_ranks_other_than_zero_only_measure_and_evaluate(tmp_path):
                      "UnreadableImagesReport"]  # fmt: skip
 
 
+def test_the_trackers_train_track_names_record_on_rank_zero_beside_tensorboard(tmp_path):
+    from dataclasses import replace
+
+    from msdet.engine.training.callbacks.base import TrainState
+
+    cfg, rt, plan = planned(tmp_path)
+    plan = replace(plan, trackers=("swanlab", "mlflow"))  # as planned where both are installed
+    state = TrainState(epochs=plan.epochs, steps_per_epoch=1, total_batch=8)
+    got = names(build_callbacks(cfg, plan, rt, state, parts()))  # neither package imported
+    assert got.index("EpochSummary") < got.index("SwanlabTracking") < got.index("EpochLine")
+    assert got.index("SwanlabTracking") < got.index("MlflowTracking") < got.index("EpochLine")
+    assert "TensorBoardCallback" in got
+    rank1 = names(build_callbacks(cfg, plan, replace(rt, rank=1), state, parts()))
+    assert not {"SwanlabTracking", "MlflowTracking"} & set(rank1)
+
+
 def test_the_epoch_line_is_printed_once_the_epochs_checkpoint_is_on_disk(tmp_path, caplog):
     """Issue: the epoch's loss/mAP line came before its checkpoint was written: a user who
     stopped the run on seeing it lost the epoch. The run's own callbacks, in the order

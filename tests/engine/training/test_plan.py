@@ -212,3 +212,28 @@ def test_a_class_count_unlike_the_datasets_is_an_error_naming_both():
     assert plan("model.num_classes=3").schedule.epochs == 7
     with pytest.raises(PlanError, match=r"model.num_classes=80 but the dataset shapes has 3"):
         plan("model.num_classes=80")
+
+
+def test_only_the_own_data_defaults_weights_may_be_missing(tmp_path):
+    """The own-data recipe's train.pretrained=auto starts from scratch when the weights
+    cannot be had; a typed train.pretrained never does (fine_tuning.resolve_start)."""
+    own = plan(f"data={tmp_path}").start
+    assert (own.kind, own.pretrained, own.optional) == (StartKind.PRETRAINED, "auto", True)
+    typed = plan(f"data={tmp_path}", "train.pretrained=auto").start
+    assert (typed.pretrained, typed.optional) == ("auto", False)
+    assert not plan("train=yolox").start.optional
+
+
+def test_the_trackers_are_planned_in_the_order_given_and_each_one_installed():
+    from msdet.engine.training.plan import trackers
+
+    assert plan().trackers == ()
+    both = load_config("train", ["train.track=swanlab,mlflow"]).train
+    assert trackers(both, installed=lambda name: True) == ("swanlab", "mlflow")
+    with pytest.raises(PlanError) as err:
+        trackers(both, installed=lambda name: name != "swanlab")
+    assert str(err.value) == (
+        "train.track=swanlab,mlflow: swanlab is not installed here: pip install "
+        "'swanlab<0.6.5' (later releases need protobuf<7, which MindSpore 2.10 cannot load), "
+        "or pip install 'msdet[tracking]'; or leave swanlab out of train.track"
+    )

@@ -114,3 +114,29 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_anything_runs():
     run_cfg = SimpleNamespace(dir="/sys", name=None, root="runs")
     with pytest.raises(ConfigError, match="run folder /sys is not writable"):
         claim_run_folder(run_cfg, "train")
+
+
+def test_resume_of_a_run_that_never_existed_says_so_and_how_to_start_it(tmp_path):
+    """Issue 65: train.resume=auto into a folder no run ever wrote described a run that
+    "stopped before its first epoch ended"."""
+    folder = tmp_path / "runs" / "train" / "nano"
+    cfg = SimpleNamespace(train=SimpleNamespace(resume="auto", overwrite=False))
+    argv = ["run.name=nano", "data=my/set", "train.resume=auto"]
+    claimed = SimpleNamespace(path=str(folder), lock=object(), created=True)
+    folder.mkdir(parents=True)  # as claim_run_folder made it
+    with pytest.raises(ValueError) as err:
+        accept_train_folder(SimpleNamespace(cfg=cfg, dir=str(folder), folder=claimed, argv=argv))
+    assert str(err.value) == (
+        f"train.resume=auto: no run to continue in {folder} (the folder was created now): "
+        "start one there with: msdet train run.name=nano data=my/set"
+    )
+
+
+def test_the_resume_command_repeats_the_runs_settings_in_its_folder():
+    from msdet.engine.training.run_folder import fresh_command, resume_command
+
+    argv = ["model=yolox_s", "run.name=a", "train.epochs=30", "train.overwrite=true"]
+    assert resume_command(argv, "/r/runs/train/a") == (
+        "msdet train model=yolox_s train.epochs=30 run.dir=/r/runs/train/a train.resume=auto"
+    )
+    assert fresh_command(["+train.resume=auto", "run.dir=/x"]) == "msdet train run.dir=/x"

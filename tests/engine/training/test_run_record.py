@@ -79,3 +79,36 @@ def test_the_l1_terms_epochs_are_shaded_and_named_in_the_legend():
         assert fig.axes[0].get_legend() is None and not fig.axes[0].patches
     finally:
         plt.close(fig)
+
+
+def test_val_losses_in_the_thousands_do_not_flatten_the_loss_panels():
+    """Issue 65: a short run from scratch scores val losses in the thousands before
+    BatchNorm settles, and results.png's loss panels showed the training curve as a flat
+    line at the bottom. The axis is cut at 2x the training loss's 95th percentile, the val
+    points above it marked at its top edge, and the panel says so."""
+    import matplotlib.pyplot as plt
+
+    from msdet.engine.training.run_record import clipped_top, results_figure
+
+    rows = [row(e, loss_total=t, loss_l1=0.0) for e, t in zip((1, 2, 3, 4), (11.0, 9.5, 8.8, 8.3))]
+    for r, val in zip(rows, (4312.0, 806.0, 9.1, 8.9)):
+        r.update(val_loss_total=val, val_loss_iou=math.nan, val_loss_obj=math.nan,
+                 val_loss_cls=math.nan)  # fmt: skip
+    top = clipped_top([11.0, 9.5, 8.8, 8.3], [4312.0, 806.0, 9.1, 8.9])
+    assert top == pytest.approx(2 * (9.5 + 0.85 * (11.0 - 9.5)))  # numpy's 95th percentile
+    assert clipped_top([11.0, 9.5], [9.1, 12.0]) is None  # val losses that fit: no cut
+    fig = results_figure(rows)
+    try:
+        total = fig.axes[0]
+        low, high = total.get_ylim()
+        assert high == pytest.approx(top) and 7.5 < low < 8.3  # the training curve fills it
+        assert total.get_xlabel() == (
+            "epoch\nval above the axis (^) at epoch 1, 2, max 4,312:\n"
+            "axis cut at 2x the training loss's 95th percentile"
+        )
+        (val,) = [line for line in total.lines if line.get_label() == "val split (no L1 term)"]
+        assert list(val.get_ydata()) == [4312.0, 806.0, 9.1, 8.9]  # the values, not clipped
+        assert fig.axes[1].get_ylim()[1] > 4  # a panel without val losses: as it was
+        assert fig.axes[1].get_xlabel() == "epoch"
+    finally:
+        plt.close(fig)

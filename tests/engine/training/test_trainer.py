@@ -84,3 +84,23 @@ def test_the_header_notes_early_evaluations_from_scratch_only(caplog):
     assert "BatchNorm's running statistics" not in caplog.text
     assert "start: the weights of pretrained.ckpt" in caplog.text
     assert "graphs to compile: 1 training" in caplog.text
+
+
+def test_the_header_says_which_recipe_which_start_and_why(tmp_path, caplog):
+    """Issue 65: the header named the start only; the recipe and why it was chosen were
+    nowhere."""
+    import logging
+
+    from msdet.common.config import load_config
+    from msdet.engine.runtime.process import Runtime
+    from msdet.engine.training.fine_tuning import Start
+    from msdet.engine.training.plan import DataSummary, plan_run
+    from msdet.engine.training.trainer import log_header
+
+    cfg = load_config("train", [f"data={tmp_path}", "train.epochs=2", "train.batch_size=8"])
+    cpu = Runtime(device="CPU", mode="graph", amp_level="O0", sink=False, sink_size=-1)
+    plan = plan_run(cfg, cpu, DataSummary("mine", 64, 8, ("a",)), environ={})
+    weights = "the original's official COCO weights of yolox_nano (nano.pth), from the cache"
+    with caplog.at_level(logging.INFO, logger="train"):
+        log_header(cfg, plan, cpu, Start("nano.pth", weights), 0)
+    assert f"recipe: yolox (own data: data={tmp_path}), start: {weights}" in caplog.text
