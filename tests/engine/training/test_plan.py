@@ -37,7 +37,7 @@ def ascend_rt(chip=A910B, **kw) -> Runtime:
     return Runtime(**values)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def config(overrides: tuple[str, ...]):
     """The train config of ``overrides`` (composed once: the plan only reads it)."""
     return load_config("train", list(overrides))
