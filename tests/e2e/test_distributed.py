@@ -270,10 +270,11 @@ def test_two_ranks_on_the_jit_loop_equal_two_ranks_on_model_train(two_ranks, tmp
     train_log = Path(runs["jit"], "train.log").read_text()
     assert "msdet's loop, the step compiled by mindspore.jit" in train_log
     assert "batch 2 x 2 ranks" in train_log
-    # one AllReduce of all the gradients per step (one per gradient before: ~330)
+    # one AllReduce of all the gradients per step (one per gradient before: 240 here, nano
+    # without depthwise blocks)
     counts = re.findall(r"gradients averaged over 2 ranks in (\d+) all-reduces? \((\d+) gradients\)",
                         train_log)  # fmt: skip
-    assert counts and counts[0][0] == "1" and int(counts[0][1]) > 300, counts
+    assert counts == [("1", "240")], counts
     assert "target buckets on 2 ranks: each step padded to the largest bucket" in train_log
     compiled = [
         re.findall(r"training graph for (\d+) target rows compiled by mindspore.jit at step (\d+)",
