@@ -57,6 +57,16 @@ def init_distributed(ms: Any, device: str, parallel_context: bool = True) -> tup
     return rank, world
 
 
+def set_data_parallel_context(ms: Any, world: int) -> None:
+    """The static-graph data-parallel context ``Model.train`` compiles a step of several ranks
+    under (data parallel, the gradients' mean over ``world`` ranks): set by its training loop
+    (``engine.training.loops.ModelLoop``); msdet's jit loop does without it."""
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(
+        parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world
+    )
+
+
 def world_group() -> str:
     """The collective group of all ranks (:func:`init_distributed` set it up): the group
     msdet's jit loop all-reduces gradients over."""

@@ -19,6 +19,7 @@ import mindspore as ms
 from mindspore import nn
 from mindspore.train import Model
 
+from msdet.engine.runtime.distributed import set_data_parallel_context
 from msdet.engine.runtime.process import Runtime
 from msdet.engine.training.plan import RunPlan
 
@@ -62,12 +63,7 @@ class ModelLoop(TrainLoop):
         mode = ms.GRAPH_MODE if plan.mode == "graph" else ms.PYNATIVE_MODE
         ms.set_context(mode=mode)
         if rt.distributed:
-            ms.reset_auto_parallel_context()
-            ms.set_auto_parallel_context(
-                parallel_mode=ms.ParallelMode.DATA_PARALLEL,
-                gradients_mean=True,
-                device_num=rt.world_size,
-            )
+            set_data_parallel_context(ms, rt.world_size)
 
     def describe(self) -> str:
         return f"mindspore.train.Model.train in {self.plan.mode} mode"

@@ -30,6 +30,12 @@ from tests.support.dp_accumulate import ACCUMULATE, MODES, RESULT_FILE, STEPS, m
 def main(run: Run) -> None:
     cfg = run.cfg
     rt = setup_runtime(cfg.runtime, run.dir)
+    if rt.distributed:  # Model.train's context, as its loop (engine.training.loops) sets it
+        import mindspore as ms
+
+        from msdet.engine.runtime.distributed import set_data_parallel_context
+
+        set_data_parallel_context(ms, rt.world_size)
     results = {"world": rt.world_size}
     for mode in MODES:
         batches = [micro_batch(s, rt.rank, i) for s in range(STEPS) for i in range(ACCUMULATE)]

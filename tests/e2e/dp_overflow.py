@@ -30,6 +30,12 @@ from tests.support.dp_overflow import MODES, RESULT_FILE, train  # noqa: E402
 def main(run: Run) -> None:
     cfg = run.cfg
     rt = setup_runtime(cfg.runtime, run.dir)
+    if rt.distributed:  # Model.train's context, as its loop (engine.training.loops) sets it
+        import mindspore as ms
+
+        from msdet.engine.runtime.distributed import set_data_parallel_context
+
+        set_data_parallel_context(ms, rt.world_size)
     results = {}
     for mode in MODES:
         weights, skipped = train(mode, rt.rank, rt.world_size)

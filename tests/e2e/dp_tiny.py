@@ -55,6 +55,12 @@ def main(run: Run) -> None:
     if os.environ.get(FAIL_SCHEDULER_VAR) and os.environ.get("MS_ROLE") == "MS_SCHED":
         raise SystemExit(FAIL_CODE)  # the launcher test of a scheduler that fails
     rt = setup_runtime(cfg.runtime, run.dir)
+    if rt.distributed:  # Model.train's context, as its loop (engine.training.loops) sets it
+        import mindspore as ms
+
+        from msdet.engine.runtime.distributed import set_data_parallel_context
+
+        set_data_parallel_context(ms, rt.world_size)
     if os.environ.get(FAIL_RANK_VAR) == str(rt.rank):
         raise SystemExit(FAIL_CODE)  # the launcher test of a rank that fails
     x, y, weights = tiny_problem()
