@@ -76,6 +76,10 @@ def set_up_device(runtime_cfg: Any, work: str) -> DeviceRun:
                              rt.rank_table)["train"]  # fmt: skip
     if loop is Loop.JIT:  # as engine.training.jit_loop.JitLoop: PyNative, the graphs jit-compiled
         ms.set_context(mode=ms.PYNATIVE_MODE)
+    elif rt.distributed:  # as engine.training.loops.ModelLoop: Model.train's context
+        from msdet.engine.runtime.distributed import set_data_parallel_context
+
+        set_data_parallel_context(ms, rt.world_size)
     own = {f.name: getattr(rt, f.name) for f in fields(Runtime)}
     return DeviceRun(**own, loop=loop, loop_backend=backend)
 
@@ -276,8 +280,25 @@ def train_step_cell(
         cfg.train,
         rt,
         skip_nonfinite=skip_nonfinite,
+        grad_reducer=gradient_reducer(rt),
     )
     return as_called(step, rt)
+
+
+def gradient_reducer(rt: Any) -> Any:
+    """The gradient mean over the ranks of ``rt``'s training loop, for ``build_train_step``
+    (None with one rank): the jit loop's buckets, or ``Model.train``'s reducer."""
+    if not rt.distributed:
+        return None
+    if getattr(rt, "loop", Loop.MODEL) is Loop.JIT:
+        from msdet.engine.runtime.distributed import world_group
+        from msdet.engine.training.jit_loop import GradientMean
+
+        return lambda params: GradientMean(rt.world_size, world_group(),
+                                           [p.shape for p in params])  # fmt: skip
+    from mindspore import nn
+
+    return lambda params: nn.DistributedGradReducer(params, mean=True, degree=rt.world_size)
 
 
 def as_called(cell: Any, rt: Any) -> Any:

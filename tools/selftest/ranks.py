@@ -36,6 +36,7 @@ from msdet.tools.selftest.cases import (
     Check,
     load_reference,
     one_step,
+    set_up_device,
     train_step_cell,
 )
 from msdet.tools.selftest.device import RANKS_RESULT, WORK_VAR
@@ -96,8 +97,6 @@ def main(run: Run) -> None:
     cfg = run.cfg
     from omegaconf import open_dict
 
-    from msdet.engine.runtime.process import setup_runtime
-
     with open_dict(cfg):
         for item in EVAL_DATA:
             key, value = item.split("=", 1)
@@ -105,7 +104,7 @@ def main(run: Run) -> None:
             cfg[group][name] = json.loads(value)
         cfg.eval.conf_thresh = 0.0  # untrained weights: keep every candidate, so there is output
         cfg.eval.batch_size = 2
-    rt = setup_runtime(cfg.runtime, run.dir)
+    rt = set_up_device(cfg.runtime, run.dir)  # the loop's mode and data-parallel context too
     import mindspore as ms
     from mindspore import nn, ops
 
