@@ -136,6 +136,24 @@ def sync_batchnorm_primitives(network: Any, cards: int) -> int:
     return count
 
 
+def gradient_reducer(cfg: Any, cards: int) -> Any:
+    """The gradient mean ``runtime.loop``'s loop builds over ``cards`` cards (None for one):
+    the jit loop's buckets or ``Model.train``'s reducer, each given the card count, so no
+    rank has to run here."""
+    if cards <= 1:
+        return None
+    from msdet.engine.training.plan import Loop
+
+    if Loop.parse(cfg.runtime.get("loop", "model")) is Loop.JIT:
+        from msdet.engine.runtime.distributed import world_group
+        from msdet.engine.training.jit_loop import GradientMean
+
+        return lambda params: GradientMean(cards, world_group(), [p.shape for p in params])
+    from mindspore import nn
+
+    return lambda params: nn.DistributedGradReducer(params, mean=True, degree=cards)
+
+
 def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
     """train.py's training step for ``rt`` and a batch of its inputs (uint8 HWC images)."""
     import mindspore as ms
@@ -154,6 +172,7 @@ def training_step(cfg: Any, rt: Any, img: int, batch: int) -> tuple:
     step = build_train_step(
         net, loss, yolox_lr_schedule(0.01, 10, 1, 0, 0), cfg.train, rt,
         skip_nonfinite=bool(cfg.runtime.check_finite),
+        grad_reducer=gradient_reducer(cfg, rt.world_size),
     )  # fmt: skip
     rows = int(cfg.data.max_objects)
     images = ms.Tensor(np.zeros((batch, img, img, 3), np.uint8))
