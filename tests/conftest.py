@@ -35,3 +35,27 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::", 1)[0]
         slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
     items.sort(key=lambda item: -slow[item.nodeid.split("::", 1)[0]])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A report's text as UTF-8 can carry it: a failure that shows a file name that is not
+    UTF-8 (held as surrogates) otherwise stops the whole run, as pytest-xdist cannot send it
+    from its worker ("strings must be utf-8 encodable")."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.longrepr is not None and not _utf8(str(report.longrepr)):
+        report.longrepr = _escaped(str(report.longrepr))
+    report.sections = [(name, _escaped(text)) for name, text in report.sections]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

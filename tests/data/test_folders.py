@@ -13,6 +13,7 @@ import pytest
 from msdet.common.config import load_config
 from msdet.data.build import build_sources, build_val_source, dataset_classes
 from msdet.data.folders import DatasetFolderError, find_layout
+from tests.support.media import require_non_utf8_names
 
 
 def write_image(path, h: int, w: int) -> None:
@@ -232,6 +233,7 @@ def test_a_file_name_that_is_not_utf8_is_read_checked_and_loaded(tmp_path):
     """Issue: data.check and training stopped on such a name without naming the file."""
     from msdet.data.check import check_dataset
 
+    require_non_utf8_names(tmp_path)
     root = yolo_set(tmp_path / "set", "names: [a]", ["0 0.5 0.5 0.5 0.5", "0 0.5 0.5 0.2 0.2"])
     for folder, suffix in (("images", ".jpg"), ("labels", ".txt")):
         where = os.fsencode(root / folder / "train")

@@ -15,7 +15,7 @@ from msdet.data.media import Media, VideoReader
 from msdet.engine.inference import sources as sources_module
 from msdet.engine.inference.predictor import Detections
 from msdet.engine.inference.sources import predict_source
-from tests.support.media import write_video
+from tests.support.media import require_non_utf8_names, write_video
 
 CLASS_NAMES, CATEGORY_IDS = ["disc", "rectangle", "triangle"], [1, 3, 7]
 
@@ -250,7 +250,7 @@ def test_the_compile_is_done_before_the_progress_counts_images(source, tmp_path,
 def test_a_file_name_that_is_not_utf8_is_read_and_written_as_it_is(tmp_path):
     """Issue: predict.py on such a name crashed inside OpenCV (exit 139)."""
     folder = os.fsencode(tmp_path / "in")
-    os.makedirs(folder)
+    require_non_utf8_names(folder)
     ok, jpeg = cv2.imencode(".jpg", np.full((20, 30, 3), 90, np.uint8))
     with open(folder + b"/caf\xe9.jpg", "wb") as f:
         f.write(jpeg.tobytes())
