@@ -81,6 +81,8 @@ def set_up_device(runtime_cfg: Any, work: str) -> DeviceRun:
 
         set_data_parallel_context(ms, rt.world_size)
     own = {f.name: getattr(rt, f.name) for f in fields(Runtime)}
+    if loop is Loop.JIT:
+        own["mode"] = "pynative"  # the context set above: the report says what ran
     return DeviceRun(**own, loop=loop, loop_backend=backend)
 
 

@@ -30,14 +30,14 @@ def test_a_check_that_raises_is_recorded_and_the_next_one_runs(tmp_path):
     the self-test runs it: MindSpore's runtime is set up once per process."""
     code = (
         "import sys\n"
-        "from msdet.engine.runtime import device\n"
-        "real, calls = device.chip_profile, []\n"
+        "from msdet.engine.runtime import ascend\n"
+        "real, calls = ascend.chip_profile, []\n"
         "def broken_once(*args):\n"
         "    calls.append(args)\n"
         "    if len(calls) == 1:\n"
         "        raise RuntimeError('the chip query failed')\n"
         "    return real(*args)\n"
-        "device.chip_profile = broken_once\n"
+        "ascend.chip_profile = broken_once\n"
         "from msdet.tools.selftest.device import run_device_checks\n"
         "run_device_checks(['runtime.device=CPU'], ['chip', 'chip'], sys.argv[1])\n"
     )
