@@ -158,6 +158,7 @@ def two_ranks(tmp_path_factory, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.long(70)
 def test_two_ranks_end_with_identical_weights_and_one_set_of_artefacts(two_ranks):
     run_dir, out = two_ranks
     logs = Path(run_dir, "logs")
@@ -246,6 +247,7 @@ def logged_losses(run_dir) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long(180)
 def test_two_ranks_on_the_jit_loop_equal_two_ranks_on_model_train(two_ranks, tmp_path, cache_dir):
     """runtime.loop=jit on 2 ranks (msdet's loop, the gradients all-reduced inside the
     mindspore.jit step over the communication world group, no auto-parallel context)
@@ -421,6 +423,7 @@ def one_process_reference(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray
 
 
 @pytest.mark.slow
+@pytest.mark.long(100)
 def test_eight_ranks_match_one_process_on_the_whole_batch(tmp_path):
     out, seconds = launch(8, tmp_path, "runtime=cpu", env=launcher_env(TRAIN_ENTRY=TINY_ENTRY))
     print(f"8-rank tiny run: {seconds:.0f} s")

@@ -45,6 +45,7 @@ def run(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
                           text=True, timeout=900, env=env)  # fmt: skip
 
 
+@pytest.mark.long(145)
 def test_a_stopped_run_on_own_data_resumes_and_its_checkpoint_knows_its_data(tmp_path):
     env = {**os.environ, "MSDET_CACHE_DIR": str(tmp_path / "cache")}
     data = tmp_path / "gadgets"

@@ -136,6 +136,7 @@ def _train(run_dir: Path, data_cache: Path, *settings: str, published: str = "-"
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.long(135)
 def test_a_pretrained_start_ends_far_above_scratch_on_a_small_dataset(tmp_path, monkeypatch):
     require_torch()
     # An empty cache of its own (graphs, weights); the CPU kernels as already built.

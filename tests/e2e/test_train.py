@@ -28,6 +28,7 @@ from tests.support.tiny_run import (
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long(60)
 def test_run_folder_holds_every_artefact(trained):
     run_dir, _ = trained
     for name in (
@@ -165,6 +166,7 @@ def straight(tmp_path_factory, cache_dir):
     return final_weights(run_dir)
 
 
+@pytest.mark.long(70)
 def test_resume_continues_exactly(tmp_path, cache_dir, straight):
     """3 epochs straight == 1 epoch, stop, resume (CPU is deterministic on one machine)."""
     stopped = tmp_path / "stopped"

@@ -67,6 +67,7 @@ UPDATE_RTOL_FLOOR = 1e-4
 
 
 @pytest.mark.slow
+@pytest.mark.long(110)
 def test_safe_fusion_keeps_the_unfused_loss_and_update(tmp_path):
     """``safe`` computes what the unfused graph computes: the first loss equal within float32
     rounding (this check tells ``safe`` from ``all``), and the first update of the weights no

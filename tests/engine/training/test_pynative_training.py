@@ -61,6 +61,7 @@ def run_files(run_dir) -> set[str]:
     }
 
 
+@pytest.mark.long(65)
 def test_pynative_run_equals_the_graph_run_step_by_step(tmp_path):
     runs, losses = {}, {}
     for mode in ("graph", "pynative"):
@@ -160,6 +161,7 @@ def both_loops(tmp_path_factory):
     return runs, console
 
 
+@pytest.mark.long(130)
 def test_jit_loop_equals_model_train_step_by_step(both_loops):
     runs, console = both_loops
     model, jit = (step_losses((runs[loop] / "train.log").read_text()) for loop in ("model", "jit"))

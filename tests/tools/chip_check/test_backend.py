@@ -113,6 +113,7 @@ def test_the_report_says_each_chips_backend_and_judges_by_it(monkeypatch, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.long(190)
 def test_the_check_passes_at_amp_o0_on_both_training_chips(tmp_path):
     """What bench/device.py --settings mindyolo runs: AMP O0 (float32 graphs), each chip on
     its backend (the default O2 run, with the 8-card graph: tests/tools/chip_check/test_main.py)."""

@@ -15,6 +15,7 @@ from tests.support import ROOT, run_python
 
 
 @pytest.mark.slow
+@pytest.mark.long(400)
 def test_msdets_graphs_pass_the_check_on_the_910a_and_the_910b(tmp_path):
     """The training step, evaluation and NMS as msdet builds them for each chip: nothing
     that will not compile, nothing that overflows float16 where the 910A narrows, and the

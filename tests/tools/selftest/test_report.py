@@ -119,6 +119,7 @@ def test_a_device_process_that_dies_mid_check_is_in_the_report(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long(190)
 def test_tiny_selftest_on_cpu_passes_and_skips_what_needs_a_card(tmp_path):
     """The tiny variant (64 px) with 2 ranks: ~5 min on 2 loaded cores, most of it compiling
     14 graphs. The default variant (320 px) runs the same checks on bigger tensors."""
