@@ -106,26 +106,39 @@ def test_resume_with_other_classes_or_size_is_refused_naming_both(finished, tmp_
 def test_resume_with_more_epochs_and_another_lr_logs_the_changes_and_fewer_is_refused(
     finished, tmp_path, cache_dir
 ):
+    """YOLOX users extend a finished run by resuming with a larger train.epochs (it used to
+    stop on the LR Parameter's shape). The schedule is the new config's (its epochs and its
+    rate), evaluated from the step reached: epoch 2 ends at the new schedule's LR."""
+    from msdet.common.config import load_config
+    from msdet.engine.training.schedule import scaled_lr, yolox_lr_schedule
+
     run_dir = copy_of(finished, tmp_path)
     out = run_entry(
-        "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "train.epochs=2",
+        "train.py", run_dir, cache_dir, *QUIET, "train.resume=auto", "train.epochs=3",
         "train.lr_per_img=0.002",
     )  # fmt: skip
     assert out.returncode == 0, output(out)[-3000:]
     log = (run_dir / "train.log").read_text()
-    assert "resume: train.epochs changed from 1 to 2" in log
+    assert "resume: train.epochs changed from 1 to 3" in log
     assert "resume: train.lr_per_img changed from" in log and "to 0.002" in log
-    assert [r["epoch"] for r in read_results(run_dir)] == [1, 2]
-    assert "epochs: 2" in (run_dir / "config.yaml").read_text()
-    # Issue: train.epochs=1 on this 2-epoch run said "all 1 epochs trained" and rewrote
+    rows = read_results(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert "epochs: 3" in (run_dir / "config.yaml").read_text()
+    steps = 24 // 4  # the tiny set: 24 images, batch 4
+    min_lr_ratio = float(load_config("train").train.min_lr_ratio)
+    new = yolox_lr_schedule(scaled_lr(0.002, 4), steps, 3, 0, 0, min_lr_ratio=min_lr_ratio)
+    assert rows[1]["lr"] == pytest.approx(float(new[2 * steps - 1]), rel=1e-6)
+    assert rows[2]["lr"] == pytest.approx(float(new[-1]), rel=1e-6)
+    assert "after epoch 1 of 3 (best mAP" in log and f"at step {steps} with lr" in log
+    # Issue: train.epochs=1 on this 3-epoch run said "all 1 epochs trained" and rewrote
     # the record.
     record = record_of(run_dir)
     out = run_entry("train.py", run_dir, cache_dir, *QUIET, "train.resume=auto")
     assert out.returncode == 1, output(out)[-3000:]
-    assert "has trained 2 epochs already, more than train.epochs=1 asks for" in output(out)
+    assert "has trained 3 epochs already, more than train.epochs=1 asks for" in output(out)
     assert "all 1 epochs trained" not in output(out)
     assert record_of(run_dir) == record
-    assert [r["epoch"] for r in read_results(run_dir)] == [1, 2]
+    assert [r["epoch"] for r in read_results(run_dir)] == [1, 2, 3]
 
 
 def test_a_kill_before_last_ckpt_resumes_from_the_epoch_file(finished, tmp_path, cache_dir):

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msdet.common.config import load_config
 from tests.support.tiny_run import (
     NO_AUG,
     ROOT,
@@ -205,30 +204,6 @@ def test_sigkill_mid_epoch_resumes_from_last_checkpoint(tmp_path, cache_dir, str
     assert "after epoch 1" in log or "after epoch 2" in log
     assert [r["epoch"] for r in read_results(run_dir)] == [1, 2, 3]
     assert_same_weights(final_weights(run_dir), straight)
-
-
-def test_resume_with_more_epochs_extends_the_schedule(tmp_path, cache_dir):
-    """YOLOX users extend a finished run by resuming with a larger train.epochs (it used to
-    stop on the LR Parameter's shape). The schedule is the new config's, evaluated from the
-    step reached: epoch 2 ends at the new schedule's LR, not the old one's."""
-    from msdet.engine.training.schedule import scaled_lr, yolox_lr_schedule
-
-    run = tmp_path / "extend"
-    common = ["train.no_aug_epochs=0", "train.warmup_epochs=0", "train.tensorboard=false"]
-    out = run_entry("train.py", run, cache_dir, *common, "train.epochs=1")
-    assert out.returncode == 0, out.stderr[-3000:]
-    out = run_entry("train.py", run, cache_dir, *common, "train.epochs=3", "train.resume=auto")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = read_results(run)
-    assert [r["epoch"] for r in rows] == [1, 2, 3]
-    steps = 24 // 4  # TINY: 24 images, batch 4
-    recipe = load_config("train").train  # the default recipe's rate and floor
-    base = scaled_lr(float(recipe.lr_per_img), 4)
-    new = yolox_lr_schedule(base, steps, 3, 0, 0, min_lr_ratio=float(recipe.min_lr_ratio))
-    assert rows[1]["lr"] == pytest.approx(float(new[2 * steps - 1]), rel=1e-6)
-    assert rows[2]["lr"] == pytest.approx(float(new[-1]), rel=1e-6)
-    log = Path(run / "train.log").read_text()
-    assert "after epoch 1 of 3 (best mAP" in log and f"at step {steps} with lr" in log
 
 
 def test_target_buckets_train_to_the_same_weights(tmp_path, cache_dir, straight):
