@@ -9,6 +9,7 @@ import json
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import ops
 
 from msdet.ops.boxes import Extremum, pairwise_iou_cxcywh
@@ -76,6 +77,7 @@ def test_extremum_gives_maximum_and_minimums_values_and_gradients_ties_included(
         np.testing.assert_array_equal(shared, dout.asnumpy()[:, :2] * 0.5)
 
 
+@pytest.mark.slow
 def test_the_loss_gradient_holds_no_divs():
     """The assignment has no gradient, but its graph is built: no Divs anywhere in it."""
     rows = json.loads(run_python(["-m", "tests.ops.assigner_grad_probe"]).splitlines()[-1])

@@ -38,6 +38,7 @@ def _averages(library, mode):
         return ema, ema.buffer.asnumpy().copy(), float(ema.updates.asnumpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])
 def test_one_operator_gives_the_lerps_bits(library, mode):
     flat, got, got_updates = _averages(library, mode)

@@ -41,4 +41,6 @@ def require_non_utf8_names(folder) -> None:
             raise
         kept = False
     if not kept:
-        pytest.skip(f"the filesystem under {os.fsdecode(folder)!a} does not keep a name that is not UTF-8")
+        pytest.skip(
+            f"the filesystem under {os.fsdecode(folder)!a} does not keep a name that is not UTF-8"
+        )

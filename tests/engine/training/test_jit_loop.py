@@ -121,6 +121,7 @@ def test_the_jit_loop_calls_the_callbacks_as_model_train_does():
     assert jit_printed == model_printed and len(model_printed) == 5
 
 
+@pytest.mark.slow
 def test_under_data_sinking_the_callbacks_see_one_step_per_sink():
     """runtime.sink on Ascend: each loop epoch is one sink of sink_size steps, the callbacks
     called once per sink with the last step's outputs and cur_step_num advanced by the sink,

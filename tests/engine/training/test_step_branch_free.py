@@ -64,6 +64,7 @@ def test_a_skipped_step_leaves_weights_momentum_and_flags_and_counts_the_step():
     assert not np.array_equal(moved["accum.conv.bias"], after["accum.conv.bias"])
 
 
+@pytest.mark.slow
 def test_the_compiled_step_holds_no_control_flow():
     found = json.loads(run_python(["-m", "tests.engine.training.branch_probe"]).splitlines()[-1])
     assert "Switch" in found["branch"]  # what the listing shows for a branch
