@@ -9,7 +9,7 @@ from typing import Any
 
 from msdet.common.cache import cache_error, dataset_cache_dir, make_cache_folder
 from msdet.common.paths import windows_path_hint
-from msdet.data.coco import MIN_BOX_SIDE, CocoSource
+from msdet.data.coco import MIN_BOX_SIDE, CocoSource, drop_grouping_categories
 from msdet.data.folders import find_layout
 from msdet.data.image_io import ImageReadError, read_image
 from msdet.data.synthetic import categories_for, ensure_shapes_dataset, shapes_root
@@ -234,15 +234,19 @@ def check_images_present(source: CocoSource, key: str, probe: int = 8) -> None:
 def dataset_classes(data_cfg: Any) -> tuple[list[str], list[int]]:
     """Class names and category ids (in training order: sorted ids) of ``data_cfg``'s
     dataset, without building or generating it: the built-in set's from its config, a COCO
-    folder's from the categories of its val annotation file."""
+    folder's from the categories of its val annotation file, read as training reads them (a
+    category that only groups the others, as in Roboflow's exports, is not a class)."""
     if data_cfg.name == "shapes":
         categories = list(categories_for(tuple(data_cfg.classes or ()) or None))
     else:
         path = split_paths(data_cfg, ("val",))["val"][0]
         try:
             with open(path, encoding="utf-8") as f:
-                categories = json.load(f)["categories"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+                dataset = json.load(f)
+            dataset.setdefault("annotations", [])
+            drop_grouping_categories(dataset)
+            categories = dataset["categories"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"no categories in {path} ({err})") from err
     ordered = sorted(categories, key=lambda c: int(c["id"]))
     return [str(c["name"]) for c in ordered], [int(c["id"]) for c in ordered]

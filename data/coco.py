@@ -63,7 +63,7 @@ class CocoSource:
         )
         # What was read differently from the file, each said in a line: data.check prints them.
         self.notes: list[str] = [
-            *_drop_grouping_categories(dataset),
+            *drop_grouping_categories(dataset),
             *_renumber_annotation_zero(dataset),
             *_local_file_names(dataset, self.img_dir),
         ]
@@ -253,7 +253,7 @@ def _check_unique_ids(dataset: dict, ann_file: str) -> None:
         ann_ids.add(ann_id)
 
 
-def _drop_grouping_categories(dataset: dict) -> list[str]:
+def drop_grouping_categories(dataset: dict) -> list[str]:
     """Leave out a category that only groups the others: the supercategory of another
     category, itself under none, without a box. Roboflow's COCO exports put the dataset's
     name there as category 0; as a class it would have no box to learn and its own output."""

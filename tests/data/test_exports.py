@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from msdet.common.config import CONFIG_DIR
+from msdet.common.config import CONFIG_DIR, load_config
+from msdet.data.build import dataset_classes
 from msdet.data.check import check_dataset
 from msdet.data.check_report import format_report
 from msdet.data.coco import CocoSource
@@ -87,6 +88,11 @@ def test_roboflows_grouping_category_and_annotation_id_zero_are_said(tmp_path):
     assert source.category_ids == [1, 2]
     assert any("'shapes-x1y2' groups the others" in n for n in source.notes)
     assert min(source.coco.anns) == 1  # pycocotools' evaluation takes id 0 for "no match"
+    # What export's val check and predict read without building the set: the same classes
+    # (export of a model trained on such an export refused its own val split: "the classes
+    # differ: ['disc', 'square'] ... ['shapes-x1y2', 'disc', 'square']").
+    cfg = load_config("train", [f"data={root}", f"data.cache_dir={tmp_path / 'cache'}"])
+    assert dataset_classes(cfg.data) == (["disc", "square"], [1, 2])
 
 
 def test_a_folder_with_two_layouts_names_both_and_the_file_that_chooses(tmp_path):
