@@ -1,5 +1,6 @@
 """Shared test set-up: the CPU runtime environment before MindSpore loads, graph mode from
-the moment it does, and the ``graph_mode`` fixture.
+the moment it does, the ``graph_mode`` fixture, the files' order (longest first) and
+reports pytest-xdist can send whatever file names they show.
 
 MindSpore is not imported here: tests that never use it (tests/common, tests/test_layout.py,
 tests/test_names.py) do not pay for loading it.
@@ -49,9 +50,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A report's text as UTF-8 can carry it: a failure that shows a file name that is not
-    UTF-8 (held as surrogates) otherwise stops the whole run, as pytest-xdist cannot send it
-    from its worker ("strings must be utf-8 encodable")."""
+    """Every report's text made UTF-8: a failure or a captured log line that shows a file
+    name that is not UTF-8 (Python holds its bytes as surrogates) would otherwise stop the
+    whole run, as pytest-xdist cannot send such a report from its worker ("strings must be
+    utf-8 encodable")."""
     outcome = yield
     report = outcome.get_result()
     if report.longrepr is not None and not _utf8(str(report.longrepr)):
