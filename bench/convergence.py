@@ -38,6 +38,7 @@ from typing import Any
 from msdet.bench.common import machine, print_header, print_result
 from msdet.common.config import ROOT, load_config
 from msdet.engine.training.run_record import read_results
+from msdet.ops.cpu_kernels import FLAGS_VAR
 
 RECORD = os.path.join(ROOT, "bench", "results", "convergence.jsonl")
 SIDES = ("pytorch", "msdet")
@@ -130,8 +131,10 @@ def msdet_side(args) -> str:
 
 
 def record_entry(side: str, seed: int, args, result: dict) -> dict[str, Any]:
-    """One line of the record: what ran, where, and what it gave."""
+    """One line of the record: what ran, where, and what it gave (msdet's kernel compiler
+    flags too when ``$MSDET_KERNEL_FLAGS`` set them: another kernel path on the same CPU)."""
     history = result["history"]
+    flags = os.environ.get(FLAGS_VAR) if side.startswith("msdet") else None
     return {
         "side": side,
         "seed": seed,
@@ -144,6 +147,7 @@ def record_entry(side: str, seed: int, args, result: dict) -> dict[str, Any]:
         "num_train": args.num_train,
         "multiscale_range": args.multiscale,
         "overrides": args.set,
+        **({"kernel_flags": flags} if flags else {}),
         "mAP": float(result["metrics"]["mAP"]),
         "mAP50": float(result["metrics"]["mAP50"]),
         "loss": [round(float(r["loss_total"]), 4) for r in history],

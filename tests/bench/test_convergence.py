@@ -17,6 +17,21 @@ def entry(side: str, seed: int, map_: float, loss: list[float], epochs_run: int 
             "train_min": 1.0}  # fmt: skip
 
 
+def test_a_record_names_msdets_kernel_flags_when_they_were_set(monkeypatch):
+    """MSDET_KERNEL_FLAGS=-mno-avx512f runs msdet's kernels without AVX-512 on the same CPU:
+    the record says so on msdet's side (the original has no such kernels)."""
+    args = argparse.Namespace(epochs=2, recipe="parity", model="yolox_nano", img=320, batch=8,
+                              num_train=10, multiscale=0, set=[])  # fmt: skip
+    result = {"history": [{"loss_total": 9.0, "epoch_s": 60.0}],
+              "metrics": {"mAP": 0.1, "mAP50": 0.2}, "train_min": 1.0}  # fmt: skip
+    monkeypatch.delenv(convergence.FLAGS_VAR, raising=False)
+    assert "kernel_flags" not in convergence.record_entry("msdet", 3, args, result)
+    monkeypatch.setenv(convergence.FLAGS_VAR, "-mno-avx512f")
+    msdet = convergence.record_entry("msdet", 3, args, result)
+    assert msdet["kernel_flags"] == "-mno-avx512f" and msdet["mAP"] == 0.1 and msdet["seed"] == 3
+    assert "kernel_flags" not in convergence.record_entry("pytorch", 3, args, result)
+
+
 def test_the_report_gives_each_sides_mean_and_spread_over_finished_runs():
     rows = convergence.summarise(
         [
