@@ -186,12 +186,14 @@ def read_record(path: str) -> list[dict[str, Any]]:
 def summarise(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and spread per (cpu, recipe, epochs, side): mAP, mAP50 and each epoch's loss.
 
-    The spread is the sample standard deviation (0 for a single run) and the range."""
+    The spread is the sample standard deviation (0 for a single run) and the range. A run on
+    another kernel path of the same CPU (a ``runtime.*`` override, ``kernel_flags``) is a side
+    of its own: its seeds are not more seeds of the default path."""
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
         if e["epochs_run"] != e["epochs"]:
             continue  # stopped early (--minutes): not the schedule's result
-        key = (e["cpu"], e.get("recipe", "shapes"), e["epochs"], e["img"], e["side"])
+        key = (e["cpu"], e.get("recipe", "shapes"), e["epochs"], e["img"], _side_variant(e))
         groups.setdefault(key, []).append(e)
     rows = []
     for (cpu, recipe, epochs, img, side), runs in sorted(groups.items()):
@@ -205,6 +207,14 @@ def summarise(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["train_min"] = round(statistics.fmean(r["train_min"] for r in runs), 1)
         rows.append(row)
     return rows
+
+
+def _side_variant(entry: dict[str, Any]) -> str:
+    """The side, with the runtime overrides and kernel flags it ran with, if any."""
+    parts = [o for o in entry.get("overrides", []) if o.startswith("runtime.")]
+    if entry.get("kernel_flags"):
+        parts.append(f"{FLAGS_VAR}={entry['kernel_flags']}")
+    return entry["side"] + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _stats(values: list[float]) -> dict[str, float]:

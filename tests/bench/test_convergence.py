@@ -39,9 +39,14 @@ def test_the_report_gives_each_sides_mean_and_spread_over_finished_runs():
             entry("msdet", 1, 0.40, [11.0, 7.0]),
             entry("msdet", 2, 0.90, [9.0, 5.0], epochs_run=1),  # stopped early: left out
             entry("msdet+original-init", 0, 0.35, [10.5, 6.5]),
+            {**entry("msdet", 0, 0.20, [12.0, 8.0]), "overrides": ["runtime.cpu_kernels=native"]},
+            {**entry("msdet", 1, 0.25, [12.0, 8.0]), "kernel_flags": "-mno-avx512f"},
         ]
     )
     by_side = {r["side"]: r for r in rows}
+    # another kernel path of the same CPU is a side of its own, not more seeds of the default
+    assert by_side["msdet (runtime.cpu_kernels=native)"]["seeds"] == [0]
+    assert by_side["msdet (MSDET_KERNEL_FLAGS=-mno-avx512f)"]["mAP"]["mean"] == 0.25
     assert by_side["msdet"]["seeds"] == [0, 1]
     assert by_side["msdet"]["mAP"]["mean"] == pytest.approx(0.35)
     assert by_side["msdet"]["mAP"]["sd"] == pytest.approx(0.0707, abs=1e-4)
