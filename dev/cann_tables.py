@@ -24,8 +24,8 @@ at all (Conv2D, BNTraining*, Mul, Add, ...): their ``op_select_format`` decides 
 time, which ``--select-format`` emulates (:mod:`msdet.dev.select_format`). AI CPU tables list
 a set of dtypes per input, or none.
 
-Over 500 lines on purpose: the readers of each kind of CANN file, the compact format and the
-command that writes it belong together (one file format, read and written in one place).
+The readers of each kind of CANN file, the compact format and the command that writes it
+belong together here (one file format, read and written in one place).
 """
 
 from __future__ import annotations
@@ -143,56 +143,18 @@ def _load(path):
         return json.load(f)
 
 
+def _found(*parts: str) -> list[str]:
+    """Sorted paths matching ``parts`` joined (a pattern; ``**`` crosses folders)."""
+    return sorted(glob.glob(os.path.join(*parts), recursive=True))
+
+
 def load_aicore(opp: str, chip: str, ms_dir: str | None = None):
     """(merged table {op: info}, [files]) for one chip. Built-in first; vendor/custom
     tables override (GE gives custom ops priority)."""
-    files = sorted(
-        glob.glob(
-            os.path.join(
-                opp,
-                "built-in",
-                "op_impl",
-                "ai_core",
-                "tbe",
-                "config",
-                chip,
-                f"aic-{chip}-ops-info*.json",
-            )
-        )
-    )
-    files += sorted(
-        glob.glob(
-            os.path.join(
-                opp,
-                "vendors",
-                "*",
-                "op_impl",
-                "ai_core",
-                "tbe",
-                "config",
-                chip,
-                f"aic-{chip}-ops-info*.json",
-            )
-        )
-    )
+    tables = f"op_impl/ai_core/tbe/config/{chip}/aic-{chip}-ops-info*.json"
+    files = _found(opp, "built-in", tables) + _found(opp, "vendors", "*", tables)
     if ms_dir:
-        files += sorted(
-            glob.glob(
-                os.path.join(
-                    ms_dir,
-                    "lib",
-                    "plugin",
-                    "ascend",
-                    "custom_*",
-                    "op_impl",
-                    "ai_core",
-                    "tbe",
-                    "config",
-                    chip,
-                    f"aic-{chip}-ops-info*.json",
-                )
-            )
-        )
+        files += _found(ms_dir, "lib/plugin/ascend/custom_*", tables)
     table = {}
     for f in files:
         for op, info in _load(f).items():
@@ -204,31 +166,10 @@ def load_aicore(opp: str, chip: str, ms_dir: str | None = None):
 
 def load_aicpu(opp: str, ms_dir: str | None = None):
     """{op: [entries from each AI CPU / host CPU table that lists it]}"""
-    files = sorted(
-        glob.glob(
-            os.path.join(opp, "built-in", "op_impl", "aicpu", "**", "config", "*.json"),
-            recursive=True,
-        )
-    )
-    files += sorted(
-        glob.glob(os.path.join(opp, "vendors", "*", "op_impl", "cpu", "config", "*.json"))
-    )
+    files = _found(opp, "built-in/op_impl/aicpu/**/config/*.json")
+    files += _found(opp, "vendors/*/op_impl/cpu/config/*.json")
     if ms_dir:
-        files += sorted(
-            glob.glob(
-                os.path.join(
-                    ms_dir,
-                    "lib",
-                    "plugin",
-                    "ascend",
-                    "custom_aicpu_ops",
-                    "op_impl",
-                    "cpu",
-                    "config",
-                    "*.json",
-                )
-            )
-        )
+        files += _found(ms_dir, "lib/plugin/ascend/custom_aicpu_ops/op_impl/cpu/config/*.json")
     table = {}
     for f in files:
         try:
